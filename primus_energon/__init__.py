@@ -1,0 +1,83 @@
+"""primus-energon: reference cookers, TaskEncoders and loaders for diffusion training on Megatron-Energon.
+
+Everything public is importable from here::
+
+    from primus_energon import EncodedDiffusionTaskEncoder, get_loader
+
+    loader = get_loader("/data/laion_preencoded", EncodedDiffusionTaskEncoder, batch_size=8, num_workers=4)
+    batch = next(loader)            # {"latents": [8, C, H, W], "prompt_embeds": ..., ...}
+    state = loader.save_state()     # checkpoint with the model; restore_state(state) to resume
+"""
+
+from .batching import sample_keys, stack_field
+from .cookers import (
+    PREENCODED_CAPTION_MEMBER,
+    PREENCODED_TENSOR_MEMBERS,
+    RAW_IMAGE_MEMBERS,
+    RAW_TEXT_MEMBER,
+    cook_preencoded_diffusion,
+    cook_raw_images,
+)
+from .dataloader import EnergonDataloader, MegatronDataloaderWrapper, cyclic_iter
+from .errors import (
+    BatchError,
+    BatchShapeError,
+    CaptionDecodeError,
+    EmptyDataloaderError,
+    MissingMemberError,
+    PayloadDecodeError,
+    SampleError,
+)
+from .loader import get_loader, resolve_rank
+from .payloads import decode_text, load_image, load_tensor
+from .sample import DiffusionSample
+from .task_encoders import (
+    PREENCODED_COOKER,
+    RAW_COOKER,
+    REFERENCE_COOKERS,
+    EncodedDiffusionTaskEncoder,
+    MultiFormatTaskEncoder,
+    RawDiffusionTaskEncoder,
+    SafeDecodingTaskEncoder,
+    batch_preencoded,
+    batch_raw,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DiffusionSample",
+    "cook_preencoded_diffusion",
+    "cook_raw_images",
+    "PREENCODED_TENSOR_MEMBERS",
+    "PREENCODED_CAPTION_MEMBER",
+    "RAW_IMAGE_MEMBERS",
+    "RAW_TEXT_MEMBER",
+    "SafeDecodingTaskEncoder",
+    "EncodedDiffusionTaskEncoder",
+    "RawDiffusionTaskEncoder",
+    "MultiFormatTaskEncoder",
+    "PREENCODED_COOKER",
+    "RAW_COOKER",
+    "REFERENCE_COOKERS",
+    "batch_preencoded",
+    "batch_raw",
+    "stack_field",
+    "sample_keys",
+    "MegatronDataloaderWrapper",
+    "EnergonDataloader",
+    "cyclic_iter",
+    "get_loader",
+    "resolve_rank",
+    "load_tensor",
+    "decode_text",
+    "load_image",
+    "SampleError",
+    "MissingMemberError",
+    "PayloadDecodeError",
+    "CaptionDecodeError",
+    "BatchError",
+    "BatchShapeError",
+    "EmptyDataloaderError",
+    "__version__",
+]

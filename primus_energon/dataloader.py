@@ -1,0 +1,129 @@
+"""``MegatronDataloaderWrapper``: endless iteration and duck-typed checkpointing over any loader.
+
+It has no Energon dependency: it wraps a PyTorch ``DataLoader``, an Energon loader, a list or any
+other iterable. With an Energon ``SavableDataLoader`` it saves and restores through
+``save_state_rank()`` / ``restore_state_rank()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from .errors import EmptyDataloaderError
+
+__all__ = ["MegatronDataloaderWrapper", "EnergonDataloader", "cyclic_iter"]
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def cyclic_iter(iterable: Iterable[T]) -> Iterator[T]:
+    """Yield the items of ``iterable`` pass after pass, forever.
+
+    Raises :class:`EmptyDataloaderError` when a pass yields nothing (an empty iterable, or a one-shot
+    iterator such as a generator that is already exhausted) instead of spinning forever.
+    """
+    passes = 0
+    while True:
+        produced = False
+        for item in iterable:
+            produced = True
+            yield item
+        if not produced:
+            raise EmptyDataloaderError(_empty_message(iterable, passes))
+        passes += 1
+
+
+def _empty_message(iterable: Any, passes: int) -> str:
+    what = type(iterable).__name__
+    if passes == 0:
+        return (
+            f"the wrapped {what} yielded no items: the dataset (or this rank's part of it) is empty. "
+            "Check the dataset path, its split and the number of ranks and workers"
+        )
+    return (
+        f"the wrapped {what} yielded no items on pass {passes + 1}: it cannot be iterated again "
+        "(a one-shot iterator or generator is exhausted). Wrap a re-iterable object such as a "
+        "DataLoader or a list instead"
+    )
+
+
+class MegatronDataloaderWrapper(Generic[T]):
+    """Makes any iterable fit Megatron's training loop: ``next()`` never raises ``StopIteration``.
+
+    - Cyclic: when a pass over the wrapped loader ends, the next one starts (see :func:`cyclic_iter`).
+    - ``save_state()`` returns ``loader.save_state_rank()`` if the loader has it, else None.
+    - ``restore_state(state)`` calls ``loader.restore_state_rank(state)`` and takes effect from the
+      next batch (a fresh iterator), so the run continues exactly where the saved one would have.
+    """
+
+    def __init__(self, dataloader: Iterable[T]) -> None:
+        self._dataloader = dataloader
+        self._iterator: Iterator[T] | None = None
+
+    @property
+    def dataloader(self) -> Iterable[T]:
+        """The wrapped loader (iterate it directly for exactly one pass)."""
+        return self._dataloader
+
+    def __iter__(self) -> MegatronDataloaderWrapper[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._iterator is None:
+            self._iterator = cyclic_iter(self._dataloader)
+        return next(self._iterator)
+
+    def __len__(self) -> int:
+        """Batches in one pass of the wrapped loader (``TypeError`` if it has no length)."""
+        return len(self._dataloader)  # type: ignore[arg-type]
+
+    def save_state(self) -> Any:
+        """The wrapped loader's state for this rank (``save_state_rank()``), or None if it cannot save."""
+        save = getattr(self._dataloader, "save_state_rank", None)
+        if save is None:
+            log.debug("%s has no save_state_rank(); nothing to save", type(self._dataloader).__name__)
+            return None
+        return save()
+
+    def restore_state(self, state: Any) -> None:
+        """Restore a state from :meth:`save_state`; the next batch is the one that followed the save.
+
+        ``None`` means the initial state. Raises ``TypeError`` for a non-None state when the wrapped
+        loader cannot restore, and ``RuntimeError`` when it refuses (Energon loaders with worker
+        processes accept a restore only before their first batch: build a new loader and restore that).
+        """
+        restore = getattr(self._dataloader, "restore_state_rank", None)
+        if restore is None:
+            if state is not None:
+                raise TypeError(
+                    f"cannot restore a saved state: the wrapped {type(self._dataloader).__name__} has no "
+                    "restore_state_rank(); wrap an Energon savable loader (get_savable_loader)"
+                )
+            log.debug("%s has no restore_state_rank(); restoring None is a no-op", type(self._dataloader).__name__)
+        else:
+            try:
+                restore(state)
+            except AssertionError as error:
+                raise RuntimeError(
+                    f"{type(self._dataloader).__name__} refused the restore ({error}). A loader with worker "
+                    "processes can be restored only before its first batch: build a fresh loader, restore "
+                    "it, then iterate"
+                ) from error
+        # Energon applies a restored state to the next iterator it creates, not to a running one.
+        self._iterator = None
+
+
+class EnergonDataloader(MegatronDataloaderWrapper[T]):
+    """Deprecated name of :class:`MegatronDataloaderWrapper` (it has no Energon dependency)."""
+
+    def __init__(self, dataloader: Iterable[T]) -> None:
+        warnings.warn(
+            "EnergonDataloader is deprecated; use primus_energon.MegatronDataloaderWrapper (same behaviour)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(dataloader)

@@ -1,0 +1,164 @@
+"""The loader factory behind the guide's ``get_loader(...)``: dataset or metadataset in, wrapped
+Energon savable loader out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import torch.distributed as dist
+from megatron.energon import (
+    TaskEncoder,
+    WorkerConfig,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+    log_exception,
+    reraise_exception,
+)
+
+from .dataloader import MegatronDataloaderWrapper
+
+__all__ = ["get_loader", "resolve_rank"]
+
+Mode = Literal["train", "val"]
+OnError = Literal["raise", "skip"]
+
+
+def resolve_rank(
+    rank: int | None = None, world_size: int | None = None, group: Any = None
+) -> tuple[int, int]:
+    """The data-parallel ``(rank, world_size)``: from ``torch.distributed`` when it is initialised
+    (explicit values must then agree with it), else the explicit values, else ``(0, 1)``."""
+    if dist.is_available() and dist.is_initialized():
+        dist_rank, dist_world = dist.get_rank(group), dist.get_world_size(group)
+        if (rank is not None and rank != dist_rank) or (world_size is not None and world_size != dist_world):
+            raise ValueError(
+                f"rank={rank}, world_size={world_size} contradict torch.distributed "
+                f"(rank {dist_rank} of {dist_world}); pass neither, or the data-parallel group's values"
+            )
+        return dist_rank, dist_world
+    if (rank is None) != (world_size is None):
+        raise ValueError("pass both rank and world_size, or neither")
+    rank, world_size = (0, 1) if rank is None else (rank, world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    return rank, world_size
+
+
+def _check_path(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if path.is_file() and path.suffix in (".yaml", ".yml"):
+        return path
+    if path.is_dir():
+        if not (path / ".nv-meta" / "dataset.yaml").is_file():
+            raise FileNotFoundError(
+                f"{str(path)!r} is not a prepared Energon dataset: {str(path / '.nv-meta' / 'dataset.yaml')!r} is "
+                "missing. Prepare it (energon prepare, or synthetic.generate_dataset) and write dataset.yaml "
+                "with `subflavors: {encoding: ...}`"
+            )
+        return path
+    raise FileNotFoundError(
+        f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file"
+    )
+
+
+def get_loader(
+    path: str | os.PathLike,
+    task_encoder: TaskEncoder | type[TaskEncoder],
+    *,
+    batch_size: int,
+    num_workers: int = 2,
+    seed: int = 0,
+    mode: Mode = "train",
+    split_part: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    data_parallel_group: Any = None,
+    shuffle_buffer_size: int | None = None,
+    max_samples_per_sequence: int | None = None,
+    repeat: bool = True,
+    drop_last: bool = False,
+    on_error: OnError = "raise",
+    prefetch_factor: int = 2,
+    **savable_loader_kwargs: Any,
+) -> MegatronDataloaderWrapper:
+    """Build Energon's savable loader for ``path`` and wrap it in :class:`MegatronDataloaderWrapper`.
+
+    Args:
+        path: a prepared dataset directory or a metadataset ``.yaml`` (``MetadatasetV2`` or legacy).
+        task_encoder: a TaskEncoder instance, or a class built with no arguments.
+        batch_size: samples per batch (per rank).
+        num_workers: loader worker processes (0 loads in the calling process).
+        seed: Energon's ``seed_offset``; it fixes the shuffle, the blend and every worker's RNG.
+            The order also depends on rank, world size and ``num_workers``.
+        mode: ``"train"``: shuffled, repeating (``repeat=False`` for one epoch), split ``train``;
+            ``"val"``: sequential, one pass, split ``val``. The wrapper cycles over passes either way;
+            iterate ``wrapper.dataloader`` for exactly one pass.
+        split_part: the split to read instead of the mode's default.
+        rank, world_size, data_parallel_group: data-parallel placement; taken from
+            ``torch.distributed`` when it is initialised (see :func:`resolve_rank`).
+        shuffle_buffer_size, max_samples_per_sequence: Energon's training shuffle settings.
+        drop_last: drop a final batch smaller than ``batch_size``.
+        on_error: ``"raise"`` (default) stops at the first bad sample with its error; ``"skip"`` uses
+            Energon's handler, which logs each bad sample (with its key and shard) and skips it, and
+            stops after 100 consecutive failures.
+        prefetch_factor, savable_loader_kwargs: passed to ``megatron.energon.get_savable_loader``.
+
+    Raises ``FileNotFoundError`` for a path that is not a prepared dataset or metadataset, and
+    ``ValueError`` for bad arguments or when no cooker of ``task_encoder`` matches a dataset.
+    """
+    if mode not in ("train", "val"):
+        raise ValueError(f"mode must be 'train' or 'val', got {mode!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    path = _check_path(path)
+    if isinstance(task_encoder, type):
+        task_encoder = task_encoder()
+    rank, world_size = resolve_rank(rank, world_size, data_parallel_group)
+    worker_config = WorkerConfig(
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        data_parallel_group=data_parallel_group,
+        seed_offset=seed,
+        global_error_handler=reraise_exception if on_error == "raise" else log_exception,
+    )
+    try:
+        if mode == "train":
+            dataset = get_train_dataset(
+                path,
+                split_part=split_part or "train",
+                worker_config=worker_config,
+                batch_size=batch_size,
+                batch_drop_last=drop_last,
+                shuffle_buffer_size=shuffle_buffer_size,
+                max_samples_per_sequence=max_samples_per_sequence,
+                repeat=repeat,
+                task_encoder=task_encoder,
+            )
+        else:
+            dataset = get_val_dataset(
+                path,
+                split_part=split_part or "val",
+                worker_config=worker_config,
+                batch_size=batch_size,
+                batch_drop_last=drop_last,
+                task_encoder=task_encoder,
+            )
+    except ValueError as error:
+        if not str(error).startswith("No cooker found"):
+            raise
+        registered = [cooker.has_subflavors for cooker in getattr(task_encoder, "cookers", [])]
+        raise ValueError(
+            f"{error} (dataset {str(path)!r}): {type(task_encoder).__name__} registers cookers for "
+            f"{registered}. Set `subflavors: {{encoding: ...}}` in the dataset's .nv-meta/dataset.yaml "
+            "(or in the metadataset entry) to one of these, or register a cooker for it"
+        ) from error
+    loader = get_savable_loader(dataset, prefetch_factor=prefetch_factor, **savable_loader_kwargs)
+    return MegatronDataloaderWrapper(loader)
