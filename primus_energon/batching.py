@@ -21,9 +21,7 @@ def sample_keys(samples: Sequence[Any]) -> list[str]:
     return [str(_getter(sample, "__key__")) for sample in samples]
 
 
-def stack_field(
-    samples: Sequence[Any], field: str, get: Callable[[Any, str], Any] = _getter
-) -> torch.Tensor:
+def stack_field(samples: Sequence[Any], field: str, get: Callable[[Any, str], Any] = _getter) -> torch.Tensor:
     """``torch.stack`` of ``field`` over ``samples`` (row i is sample i's value).
 
     Raises :class:`~primus_energon.errors.BatchShapeError` naming each distinct shape/dtype and the

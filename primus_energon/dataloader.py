@@ -7,6 +7,7 @@ other iterable. With an Energon ``SavableDataLoader`` it saves and restores thro
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from collections.abc import Iterable, Iterator
@@ -97,24 +98,34 @@ class MegatronDataloaderWrapper(Generic[T]):
         processes accept a restore only before their first batch: build a new loader and restore that).
         """
         restore = getattr(self._dataloader, "restore_state_rank", None)
+        # Close the running pass first: its generators' cleanup must not run after (and undo) the restore.
+        # Energon applies a restored state to the next iterator it creates, not to a running one.
+        self._close_iterator()
         if restore is None:
             if state is not None:
                 raise TypeError(
                     f"cannot restore a saved state: the wrapped {type(self._dataloader).__name__} has no "
                     "restore_state_rank(); wrap an Energon savable loader (get_savable_loader)"
                 )
-            log.debug("%s has no restore_state_rank(); restoring None is a no-op", type(self._dataloader).__name__)
+            log.debug(
+                "%s has no restore_state_rank(); restoring None is a no-op", type(self._dataloader).__name__
+            )
         else:
             try:
-                restore(state)
+                # Energon consumes parts of the state object while restoring; restore a copy so that
+                # the caller's state stays valid (e.g. to restore the same checkpoint twice).
+                restore(copy.deepcopy(state))
             except AssertionError as error:
                 raise RuntimeError(
                     f"{type(self._dataloader).__name__} refused the restore ({error}). A loader with worker "
                     "processes can be restored only before its first batch: build a fresh loader, restore "
                     "it, then iterate"
                 ) from error
-        # Energon applies a restored state to the next iterator it creates, not to a running one.
-        self._iterator = None
+
+    def _close_iterator(self) -> None:
+        iterator, self._iterator = self._iterator, None
+        if iterator is not None:
+            iterator.close()  # a generator (cyclic_iter): closes the wrapped loader's pass as well
 
 
 class EnergonDataloader(MegatronDataloaderWrapper[T]):

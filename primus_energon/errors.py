@@ -66,14 +66,20 @@ def _describe(location: Mapping[str, str | None]) -> str:
 class SampleError(ValueError):
     """A sample could not be cooked. ``key``, ``shard``, ``dataset`` and ``member`` say where."""
 
-    def __init__(self, problem: str, sample: Any, *, member: str | None = None, hint: str = "") -> None:
-        location = sample_location(sample)
+    def __init__(
+        self, problem: str, sample: Any = None, *, member: str | None = None, hint: str = ""
+    ) -> None:
+        # With sample=None, `problem` is the whole message: that is how torch's DataLoader re-creates an
+        # exception raised in a worker process (exc_type(message)), which keeps the type but not the fields.
+        location = (
+            sample_location(sample) if sample is not None else {"key": None, "shard": None, "dataset": None}
+        )
         self.key = location["key"]
         self.shard = location["shard"]
         self.dataset = location["dataset"]
         self.member = member
         self.problem = problem
-        message = f"{_describe(location)}: {problem}"
+        message = f"{_describe(location)}: {problem}" if sample is not None else problem
         if hint:
             message += f". {hint}"
         super().__init__(message)
@@ -103,7 +109,9 @@ class BatchShapeError(BatchError):
         self.groups = {signature: list(keys) for signature, keys in groups.items()}
         parts = []
         for (shape, dtype), keys in self.groups.items():
-            shown = ", ".join(repr(k) for k in keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+            shown = ", ".join(repr(k) for k in keys[:4]) + (
+                f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+            )
             parts.append(f"shape {list(shape)} {dtype} for {shown}")
         super().__init__(
             f"cannot stack field {field!r}: the samples of this batch differ: "

@@ -59,9 +59,7 @@ def _check_path(path: str | os.PathLike) -> Path:
                 "with `subflavors: {encoding: ...}`"
             )
         return path
-    raise FileNotFoundError(
-        f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file"
-    )
+    raise FileNotFoundError(f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file")
 
 
 def get_loader(

@@ -84,7 +84,7 @@ def load_tensor(value: Any, sample: Any, member: str) -> torch.Tensor:
             sample,
             member=member,
             hint=_SAVE_HINT,
-        ) from error
+        ) from None  # torch's own message advises weights_only=False; the reason is summarised above
     if not isinstance(loaded, torch.Tensor):
         raise PayloadDecodeError(
             f"member {member!r} holds a {type(loaded).__name__}, not a tensor",

@@ -88,7 +88,9 @@ class SafeDecodingTaskEncoder(DefaultTaskEncoder):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("decoder", None) is not None and not isinstance(cls.__dict__["decoder"], property):
+        if cls.__dict__.get("decoder", None) is not None and not isinstance(
+            cls.__dict__["decoder"], property
+        ):
             raise TypeError(_UNSAFE_DECODER.format(owner=cls.__name__))
 
     @property

@@ -1,0 +1,42 @@
+"""nox sessions. Each session installs torch pinned to the CPU build on disk (constraints/test.txt).
+
+nox -s tests       the test suite, in parallel (pytest-xdist), with a junit report
+nox -s lint        ruff check and ruff format --check
+nox -s demo        the end-to-end demo (the main job)
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+CONSTRAINTS = ("-c", "constraints/test.txt")
+
+
+def _install(session: nox.Session, extras: str = "test") -> None:
+    session.install(*CONSTRAINTS, "torch")
+    session.install(*CONSTRAINTS, "-e", f".[{extras}]")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Run the test suite with xdist; extra arguments go to pytest."""
+    _install(session)
+    session.run("pytest", "-n", "auto", "--junitxml=reports/junit.xml", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The end-to-end demo on generated data; extra arguments go to `primus-energon demo`."""
+    _install(session)
+    session.run("primus-energon", "demo", *session.posargs)

@@ -1,0 +1,88 @@
+"""Test helpers: an independent oracle for shard contents and a TaskEncoder that captures crude samples.
+
+The oracle reads the tar files with :mod:`tarfile` only, so the tests compare Energon's and the
+cookers' output against something that shares no code with them.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from megatron.energon import (
+    DefaultTaskEncoder,
+    SampleDecoder,
+    WorkerConfig,
+    get_loader,
+    get_val_dataset,
+    stateless,
+)
+from megatron.energon.task_encoder.cooking import Cooker
+
+# Energon's member-name split (flavors/webdataset/config.py): key up to the first dot of the basename.
+_MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+SMALL_SHAPES = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}
+
+
+def read_members(dataset: str | Path) -> dict[str, dict[str, bytes]]:
+    """``{key: {member: bytes}}`` for every sample in every ``*.tar`` of ``dataset``."""
+    samples: dict[str, dict[str, bytes]] = {}
+    for shard in sorted(Path(dataset).glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for info in tar:
+                if not info.isfile():
+                    continue
+                match = _MEMBER_NAME.match(info.name)
+                assert match, f"unexpected member name {info.name!r} in {shard}"
+                key, member = match.groups()
+                samples.setdefault(key, {})[member] = tar.extractfile(info).read()
+    return samples
+
+
+def tensor_from_bytes(data: bytes) -> torch.Tensor:
+    """Oracle decode of a clean tensor member (the test's own data, so weights_only is enough)."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def assert_tensor_identical(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert torch.equal(actual, expected), f"{what}: values differ"
+
+
+@stateless
+def _keep_crude(sample: dict) -> dict:
+    return sample
+
+
+class _CaptureCrude(DefaultTaskEncoder):
+    cookers = [Cooker(_keep_crude)]
+
+    def __init__(self, decoded: bool) -> None:
+        super().__init__()
+        # decoded=True: what a cooker sees behind Energon's default decoder (clean data only).
+        self.decoder = SampleDecoder() if decoded else None
+
+    @stateless
+    def batch(self, samples: list) -> list:
+        return samples
+
+
+def crude_samples(
+    dataset: str | Path, *, decoded: bool = False, split_part: str = "train"
+) -> list[dict[str, Any]]:
+    """The crude sample dicts Energon hands to a cooker, in dataset order."""
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = get_val_dataset(
+        str(dataset),
+        split_part=split_part,
+        worker_config=wc,
+        batch_size=1,
+        task_encoder=_CaptureCrude(decoded),
+    )
+    return [batch[0] for batch in get_loader(ds)]
