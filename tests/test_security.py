@@ -163,6 +163,7 @@ def test_energons_deprecated_decoder_kwargs_cannot_switch_it_on(preencoded_datas
             batch_size=1,
             shuffle_buffer_size=None,
             max_samples_per_sequence=None,
-            task_encoder=EncodedDiffusionTaskEncoder(),
+            task_encoder=encoder,
             image_decode="pil",
         )
+    assert encoder.decoder is None
