@@ -25,14 +25,24 @@ def cyclic_iter(iterable: Iterable[T]) -> Iterator[T]:
     """Yield the items of ``iterable`` pass after pass, forever.
 
     Raises :class:`EmptyDataloaderError` when a pass yields nothing (an empty iterable, or a one-shot
-    iterator such as a generator that is already exhausted) instead of spinning forever.
+    iterator such as a generator that is already exhausted) instead of spinning forever. Closing this
+    generator closes the running pass's iterator too, so a loader's worker processes stop at once.
     """
     passes = 0
     while True:
         produced = False
-        for item in iterable:
-            produced = True
-            yield item
+        iterator = iter(iterable)
+        try:
+            for item in iterator:
+                produced = True
+                yield item
+        except BaseException:  # closed (GeneratorExit), or the pass raised (a bad sample)
+            # Left to the garbage collector, an Energon loader's pass shuts its workers down inside
+            # gc.collect(), where each worker takes torch's 5 s join timeout; closing it here is instant.
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+            raise
         if not produced:
             raise EmptyDataloaderError(_empty_message(iterable, passes))
         passes += 1
@@ -64,6 +74,7 @@ class MegatronDataloaderWrapper(Generic[T]):
     def __init__(self, dataloader: Iterable[T]) -> None:
         self._dataloader = dataloader
         self._iterator: Iterator[T] | None = None
+        self._closed = False
 
     @property
     def dataloader(self) -> Iterable[T]:
@@ -75,8 +86,33 @@ class MegatronDataloaderWrapper(Generic[T]):
 
     def __next__(self) -> T:
         if self._iterator is None:
+            if self._closed:
+                raise RuntimeError("this MegatronDataloaderWrapper was closed; build a new loader")
             self._iterator = cyclic_iter(self._dataloader)
         return next(self._iterator)
+
+    def close(self) -> None:
+        """Stop the running pass and the loader's worker processes now; ``next()`` then raises."""
+        self._closed = True
+        self._close_iterator()
+        # torch keeps persistent workers (Energon always asks for them) in DataLoader._iterator until the
+        # DataLoader itself is freed; shut them down explicitly so that close() means it.
+        shutdown = getattr(getattr(self._dataloader, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+    def __enter__(self) -> MegatronDataloaderWrapper[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped by reference counting, the wrapper closes its pass outside the garbage collector (fast).
+        try:
+            self._close_iterator()
+        except Exception:  # never raise from a finalizer (e.g. at interpreter shutdown)
+            pass
 
     def __len__(self) -> int:
         """Batches in one pass of the wrapped loader (``TypeError`` if it has no length)."""
@@ -98,6 +134,13 @@ class MegatronDataloaderWrapper(Generic[T]):
         processes accept a restore only before their first batch: build a new loader and restore that).
         """
         restore = getattr(self._dataloader, "restore_state_rank", None)
+        if restore is not None and getattr(self._dataloader, "_has_workers", False):
+            # Energon asserts here; check first so that the running pass stays usable after the error.
+            raise RuntimeError(
+                f"{type(self._dataloader).__name__} has running worker processes and cannot be restored: "
+                "a loader with workers can be restored only before its first batch. Build a fresh loader, "
+                "restore it, then iterate"
+            )
         # Close the running pass first: its generators' cleanup must not run after (and undo) the restore.
         # Energon applies a restored state to the next iterator it creates, not to a running one.
         self._close_iterator()

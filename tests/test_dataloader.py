@@ -123,8 +123,32 @@ def test_same_state_can_be_restored_twice_mid_run(preencoded_dataset: Path) -> N
 
 
 def test_restore_into_running_worker_loader_is_a_clear_error(preencoded_dataset: Path) -> None:
+    def build() -> MegatronDataloaderWrapper:
+        return get_loader(
+            preencoded_dataset, EncodedDiffusionTaskEncoder, batch_size=4, num_workers=2, seed=2
+        )
+
+    with build() as loader:
+        _take(loader, 2)
+        state = loader.save_state()
+        with pytest.raises(RuntimeError, match="restored only before its first batch"):
+            loader.restore_state(state)
+        continued = _fingerprint(_take(loader, 3))  # the refused restore left the running pass intact
+    with build() as reference:
+        assert _fingerprint(_take(reference, 5))[2:] == continued
+
+
+def test_close_stops_worker_processes(preencoded_dataset: Path) -> None:
+    import multiprocessing
+
+    before = {p.pid for p in multiprocessing.active_children()}
     loader = get_loader(preencoded_dataset, EncodedDiffusionTaskEncoder, batch_size=4, num_workers=2, seed=2)
-    _take(loader, 2)
-    state = loader.save_state()
-    with pytest.raises(RuntimeError, match="restored only before its first batch"):
-        loader.restore_state(state)
+    next(loader)
+    workers = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert len(workers) == 2
+    loader.close()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert not any(worker.is_alive() for worker in workers)
+    with pytest.raises(RuntimeError, match="closed"):
+        next(loader)

@@ -96,7 +96,7 @@ def test_full_loading_path_refuses_payload(
     loader = get_loader(
         dataset, task_encoder, batch_size=2, num_workers=num_workers, mode="val", split_part="train"
     )
-    with pytest.raises(PayloadDecodeError) as caught:
+    with loader, pytest.raises(PayloadDecodeError) as caught:
         for _ in range(8):
             next(loader)
     # From a worker process torch re-creates the error from its message, so check the message.
