@@ -1,0 +1,33 @@
+"""Conformance suite for Megatron-Energon cookers and TaskEncoders.
+
+From pytest (the plugin is installed with the package)::
+
+    pytest --cooker mypkg.cookers:cook_x
+    pytest --task-encoder mypkg.encoders:MyTaskEncoder --conformance-profile thorough
+
+From Python::
+
+    from conformance import check_cooker
+    results = check_cooker("mypkg.cookers:cook_x", profile="quick")
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
+"""
+
+from .api import check_cooker, check_task_encoder
+from .profiles import PROFILES, Profile
+from .properties import PROPERTIES, Property
+from .results import PropertyFailure, PropertyResult, PropertySkipped
+from .target import Target, resolve_target
+
+__all__ = [
+    "check_cooker",
+    "check_task_encoder",
+    "PROPERTIES",
+    "Property",
+    "PROFILES",
+    "Profile",
+    "PropertyResult",
+    "PropertyFailure",
+    "PropertySkipped",
+    "Target",
+    "resolve_target",
+]

@@ -1,0 +1,192 @@
+"""The data a target is checked on: generated shards for its encoding (or the user's own dataset, which is
+never written to), crude samples read back through Energon, and the member-to-field mapping."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset, stateless
+from megatron.energon.task_encoder.cooking import Cooker
+
+from primus_energon.decoding import SafeSampleDecoder
+from synthetic import ImageSpec, Schema, TensorSpec, TextSpec, builtin_schema, generate_dataset, load_schema
+from synthetic.schema import BytesSpec, JsonSpec, MemberSpec
+
+__all__ = ["Workspace", "SMALL_SHAPES", "field_candidates", "infer_schema", "read_crude"]
+
+#: Tensor shapes of the built-in preencoded format used for checks: small, so checks are fast.
+SMALL_SHAPES = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}
+_MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def field_candidates(member: str, spec: MemberSpec) -> list[str]:
+    """Output field names that may hold ``member``: the schema's ``field`` if set, else the member's stem
+    (``latents.pth`` -> ``latents``), and for an image also ``images``/``image``."""
+    explicit = getattr(spec, "field", None)
+    if explicit:
+        return [explicit]
+    stem = member.split(".", 1)[0]
+    return [stem, "images", "image"] if isinstance(spec, ImageSpec) else [stem]
+
+
+@stateless
+def _keep_crude(sample: dict) -> dict:
+    return sample
+
+
+class _CrudeReader(DefaultTaskEncoder):
+    cookers = [Cooker(_keep_crude)]
+
+    def __init__(self, decoded: bool) -> None:
+        super().__init__()
+        self.decoder = SafeSampleDecoder() if decoded else None
+
+    @stateless
+    def batch(self, samples: list) -> list:
+        return samples
+
+
+def read_crude(dataset: str | os.PathLike, *, decoded: bool = False, split_part: str = "train") -> list[dict]:
+    """Every crude sample of ``dataset`` as Energon hands it to a cooker, in dataset order.
+    ``decoded=True``: members decoded by :class:`~primus_energon.decoding.SafeSampleDecoder`."""
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = get_val_dataset(
+        str(dataset),
+        split_part=split_part,
+        worker_config=config,
+        batch_size=1,
+        task_encoder=_CrudeReader(decoded),
+    )
+    return [batch[0] for batch in get_loader(ds)]
+
+
+def _dataset_subflavors(path: Path) -> dict[str, Any]:
+    meta = path / ".nv-meta" / "dataset.yaml"
+    config = yaml.safe_load(meta.read_text(encoding="utf-8")) if meta.exists() else {}
+    return dict((config or {}).get("subflavors") or {})
+
+
+def infer_schema(dataset: str | os.PathLike) -> Schema:
+    """A schema that describes the first sample of a user's dataset (member kinds, tensor shapes/dtypes),
+    so that variants of the user's own format can be generated."""
+    path = Path(dataset)
+    shard = next(iter(sorted(path.glob("**/*.tar"))), None)
+    if shard is None:
+        raise ValueError(f"{str(path)!r} has no .tar shards")
+    members: dict[str, MemberSpec] = {}
+    first_key = None
+    with tarfile.open(shard) as tar:
+        for info in tar:
+            match = _MEMBER_NAME.match(info.name)
+            if not info.isfile() or not match:
+                continue
+            key, member = match.groups()
+            if first_key is None:
+                first_key = key
+            if key != first_key:
+                break
+            data = tar.extractfile(info).read()
+            members[member] = _spec_for(member, data)
+    encoding = str(_dataset_subflavors(path).get("encoding", "custom"))
+    return Schema(encoding=encoding, members=members)
+
+
+def _spec_for(member: str, data: bytes) -> MemberSpec:
+    import torch
+
+    extension = member.rsplit(".", 1)[-1].lower()
+    if extension in ("pth", "pt"):
+        try:
+            tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            if isinstance(tensor, torch.Tensor):
+                return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+        except Exception:  # an unreadable first sample: describe it as opaque bytes
+            pass
+        return BytesSpec(len(data))
+    if extension in ("txt", "text"):
+        return TextSpec()
+    if extension in ("json", "jsn"):
+        return JsonSpec()
+    if extension in ("jpg", "jpeg", "png", "webp"):
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as image:
+            return ImageSpec((image.height, image.width), format={"jpg": "jpeg"}.get(extension, extension))
+    return BytesSpec(len(data))
+
+
+@dataclass
+class Workspace:
+    """Datasets for checking targets, generated on first use under ``root`` and reused.
+
+    ``dataset``: a user's prepared dataset; it is read, never written (variants are generated in the
+    user's format, inferred from its first sample, under ``root``).
+    """
+
+    root: Path
+    seed: int = 0
+    schema_file: str | None = None
+    dataset: str | None = None
+    _cache: dict[str, Path] = field(default_factory=dict)
+
+    def schema(self, encoding: str | None, *, dtype: str | None = None) -> Schema:
+        """The schema to generate for ``encoding`` (the schema file's, the user dataset's, or a built-in one)."""
+        if self.schema_file:
+            return load_schema(self.schema_file)
+        if self.dataset:
+            return infer_schema(self.dataset)
+        encoding = encoding or "preencoded"
+        if encoding == "preencoded":
+            return builtin_schema("preencoded", shapes=SMALL_SHAPES, dtype=dtype)
+        if encoding == "raw":
+            return builtin_schema("raw", image_format="png", image_size=(24, 32))
+        raise ValueError(
+            f"no data for encoding {encoding!r}: the built-in encodings are preencoded and raw; pass "
+            "--schema FILE describing the format, or --dataset PATH with data in it"
+        )
+
+    def generated(
+        self, encoding: str | None, variant: str = "main", *, schema: Schema | None = None, **options: Any
+    ) -> Path:
+        """A generated dataset of ``encoding`` (or of ``schema``); ``variant`` and ``options`` (num_samples,
+        faults, dtype, ...) name it. Same arguments, same dataset (generated once)."""
+        options = {"num_samples": 48, "shard_size": 8, **options}
+        dtype = options.pop("dtype", None)
+        schema = schema or self.schema(encoding, dtype=dtype)
+        ident = hashlib.sha256(repr((schema.to_dict(), variant, sorted(options.items()), self.seed)).encode())
+        name = f"{schema.encoding}-{variant}-{ident.hexdigest()[:10]}"
+        if name not in self._cache:
+            out = self.root / name
+            if not (out / "manifest.json").exists():
+                options.setdefault("key_prefix", re.sub(r"[^A-Za-z0-9]", "", variant)[:12] or "s")
+                generate_dataset(
+                    out, schema=schema, seed=self.seed, overwrite=True, distributed=False, **options
+                )
+            self._cache[name] = out
+        return self._cache[name]
+
+    def main(self, encoding: str | None) -> Path:
+        """The clean dataset checks run on: the user's ``--dataset``, else a generated one."""
+        return Path(self.dataset) if self.dataset else self.generated(encoding)
+
+    def subflavors(self, path: Path) -> dict[str, Any]:
+        return _dataset_subflavors(path)
+
+    def members(self, encoding: str | None) -> Mapping[str, MemberSpec]:
+        return self.schema(encoding).members
+
+    def metadataset(
+        self, name: str, entries: list[tuple[Path, float, dict[str, Any]]], *, legacy: bool = False
+    ) -> Path:
+        from synthetic import write_metadataset
+
+        return write_metadataset(self.root / f"{name}.yaml", entries, legacy=legacy)

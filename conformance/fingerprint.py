@@ -1,0 +1,78 @@
+"""Canonical, comparable descriptions of cooked samples and batches, every field included.
+
+``fingerprint(x)`` turns tensors, arrays, images, strings, numbers, containers and dataclasses (Energon
+``Sample``/``Batch``) into nested tuples of plain values, with tensor and image bytes replaced by their
+dtype, shape and SHA-256, so two runs compare with ``==`` and a difference can be located with
+:func:`first_difference`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["fingerprint", "first_difference", "digest"]
+
+
+def _tensor(value: torch.Tensor) -> tuple:
+    value = value.detach().cpu().contiguous()
+    raw = value.view(torch.uint8) if value.dtype != torch.bool and value.numel() else value.to(torch.uint8)
+    data = raw.numpy().tobytes() if value.numel() else b""
+    return ("tensor", str(value.dtype), tuple(value.shape), hashlib.sha256(data).hexdigest()[:24])
+
+
+def fingerprint(value: Any) -> Any:
+    """A hashable, comparable description of ``value`` (see the module docstring)."""
+    if isinstance(value, torch.Tensor):
+        return _tensor(value)
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value)
+        return ("ndarray", str(array.dtype), array.shape, hashlib.sha256(array.tobytes()).hexdigest()[:24])
+    if type(value).__module__.startswith("PIL.") and hasattr(value, "tobytes"):
+        return ("image", value.mode, value.size, hashlib.sha256(value.tobytes()).hexdigest()[:24])
+    if isinstance(value, (str, int, float, bool, bytes, type(None))):
+        return value
+    if isinstance(value, Mapping):
+        return ("dict", tuple((str(k), fingerprint(v)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (
+            type(value).__name__,
+            tuple((f.name, fingerprint(getattr(value, f.name))) for f in dataclasses.fields(value)),
+        )
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(fingerprint(v) for v in value))
+    return ("object", type(value).__qualname__, repr(value)[:200])
+
+
+def digest(value: Any) -> str:
+    """SHA-256 of the fingerprint's repr: one string per batch, for cross-process comparison."""
+    return hashlib.sha256(repr(fingerprint(value)).encode()).hexdigest()
+
+
+def first_difference(expected: Any, observed: Any, path: str = "") -> str | None:
+    """Where two fingerprints first differ, as ``"path: expected X, observed Y"``, or None if equal."""
+    if expected == observed:
+        return None
+    if isinstance(expected, tuple) and isinstance(observed, tuple) and len(expected) == len(observed):
+        # Named pairs (dict items, dataclass fields) read better by name than by index.
+        for index, (e, o) in enumerate(zip(expected, observed, strict=True)):
+            if isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) and isinstance(o, tuple):
+                name = e[0] if len(o) == 2 and o[0] == e[0] else f"[{index}]"
+                inner = first_difference(e[1], o[1], f"{path}.{name}") if len(o) == 2 else None
+                if inner:
+                    return inner
+            else:
+                inner = first_difference(e, o, f"{path}[{index}]")
+                if inner:
+                    return inner
+    return f"{path or 'value'}: expected {_short(expected)}, observed {_short(observed)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,48 @@
+"""Conformance profiles: how hard each property searches. ``ci`` is the default; all are derandomized
+except ``thorough``'s extra examples, so a verdict on a given target is reproducible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, settings
+
+__all__ = ["Profile", "PROFILES", "get_profile"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    #: hypothesis examples per property-based check
+    max_examples: int
+    #: weighted blends drawn for the weight-ratio property
+    blends: int
+    #: extra hypothesis-chosen resume steps beyond the explicit ones (0, mid-epoch, epoch boundary)
+    resume_draws: int
+    #: world sizes checked in-process by the sharding property
+    world_sizes: tuple[int, ...] = (2, 4)
+    derandomize: bool = True
+
+    def hypothesis_settings(self, max_examples: int | None = None) -> settings:
+        return settings(
+            max_examples=max_examples if max_examples is not None else self.max_examples,
+            derandomize=self.derandomize,
+            deadline=None,
+            database=None,
+            print_blob=True,
+            suppress_health_check=list(HealthCheck),
+        )
+
+
+PROFILES = {
+    "quick": Profile("quick", max_examples=10, blends=1, resume_draws=0),
+    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1),
+    "thorough": Profile("thorough", max_examples=200, blends=4, resume_draws=6),
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown conformance profile {name!r}; use one of {', '.join(PROFILES)}") from None

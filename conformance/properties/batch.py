@@ -1,0 +1,154 @@
+"""Property 11, batch contract (TaskEncoders): every stacked tensor has leading dimension B; row i is
+sample i's field; list fields keep batch order; nothing is dropped, duplicated or reordered; samples of
+mismatched shapes give an error that names them (or, if the TaskEncoder does not stack that field, keep
+each sample's value intact)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from megatron.energon import TaskEncoder
+
+from synthetic import TensorSpec
+from synthetic.manifest import Manifest
+
+from ..context import CheckContext
+from ..data import read_crude
+from ..execution import matching_cooker, worker_context
+from ..fingerprint import fingerprint
+from ..results import PropertySkipped
+from ._common import MISSING, error_names_sample, fail, field_names, get_field
+
+
+def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any]:
+    """Cook and encode samples as Energon does before batching (first matching cooker, encode_sample)."""
+    out = []
+    cookers = task_encoder.cookers
+    for index, sample in enumerate(crude):
+        cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
+        with worker_context(seed, index):
+            cooked = cooker.cook(copy.deepcopy(sample))
+            encoded = task_encoder.encode_sample(cooked)
+            if inspect.isgenerator(encoded):
+                encoded = list(encoded)
+                if len(encoded) != 1:
+                    raise PropertySkipped(
+                        "encode_sample yields several samples per input; rows cannot be matched"
+                    )
+                encoded = encoded[0]
+        out.append(encoded)
+    return out
+
+
+def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int) -> Any:
+    with worker_context(seed, 0):
+        return task_encoder.batch(list(samples))
+
+
+def _check_rows(ctx: CheckContext, batch: Any, samples: list[Any]) -> int:
+    size = len(samples)
+    keys = [get_field(s, "__key__") for s in samples]
+    matched = 0
+    for name in field_names(batch):
+        value = get_field(batch, name)
+        per_sample = [get_field(s, name) for s in samples]
+        if any(v is MISSING for v in per_sample):
+            continue
+        if isinstance(value, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in per_sample):
+            if value.ndim == 0 or value.shape[0] != size:
+                fail(
+                    f"batch field {name!r} has shape {list(value.shape)}: the leading dimension must be the batch "
+                    f"size {size}",
+                    ctx.reproduce("batch"),
+                )
+            for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
+                if value[row].shape == expected.shape and not torch.equal(
+                    value[row], expected.to(value.dtype)
+                ):
+                    fail(
+                        f"batch field {name!r} row {row} is not sample {row}'s value (key {key!r}); batch order "
+                        f"must be sample order (keys {keys})",
+                        ctx.reproduce("batch"),
+                    )
+            matched += 1
+        elif isinstance(value, (list, tuple)) and not name.startswith("__"):
+            if len(value) != size:
+                fail(
+                    f"batch field {name!r} has {len(value)} entries for {size} samples",
+                    ctx.reproduce("batch"),
+                )
+            for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
+                if fingerprint(value[row]) != fingerprint(expected):
+                    fail(
+                        f"batch field {name!r} entry {row} is not sample {row}'s value (key {key!r})",
+                        ctx.reproduce("batch"),
+                    )
+            matched += 1
+    batch_keys = get_field(batch, "__key__")
+    if batch_keys is not MISSING and list(batch_keys) != keys:
+        fail(
+            f"batch __key__ is {list(batch_keys)}, the samples were {keys}: dropped, duplicated or reordered",
+            ctx.reproduce("batch"),
+        )
+    return matched
+
+
+def check(ctx: CheckContext) -> dict:
+    if ctx.target.kind != "task_encoder":
+        raise PropertySkipped("the batch contract applies to TaskEncoders; a cooker has no batch()")
+    task_encoder = ctx.target.make_task_encoder()
+    decoded = getattr(task_encoder, "decoder", None) is not None
+    stats = {"batches": 0}
+    for encoding in ctx.encodings():
+        crude = read_crude(ctx.main_dataset(encoding), decoded=decoded)[:16]
+        samples = _encode(task_encoder, crude, ctx.seed)
+
+        @ctx.profile.hypothesis_settings()
+        @given(rows=st.lists(st.integers(0, len(samples) - 1), min_size=1, max_size=8, unique=True))
+        def contract(rows: list[int]) -> None:
+            chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
+            matched = _check_rows(ctx, _batch(task_encoder, chosen, ctx.seed), chosen)
+            if matched == 0:
+                fail(
+                    f"no batch field corresponds to a sample field (batch fields {field_names(_batch(task_encoder, chosen, ctx.seed))}); "
+                    "the batch contract cannot be checked",
+                    ctx.reproduce("batch"),
+                )
+            stats["batches"] += 1
+
+        contract()
+        _mismatched_shapes(ctx, task_encoder, encoding, decoded)
+    return stats
+
+
+def _mismatched_shapes(
+    ctx: CheckContext, task_encoder: TaskEncoder, encoding: str | None, decoded: bool
+) -> None:
+    schema = ctx.workspace.schema(encoding)
+    if not any(isinstance(spec, TensorSpec) for spec in schema.members.values()):
+        return
+    path = ctx.workspace.generated(
+        encoding, "wrong-shape", num_samples=8, shard_size=8, faults={"wrong-shape": 1}
+    )
+    (fault,) = [f for f in Manifest.load(path).faults if f.kind == "wrong-shape"]
+    crude = read_crude(path, decoded=decoded)
+    odd = next(s for s in crude if s["__key__"] == fault.key)
+    normal = [s for s in crude if s["__key__"] != fault.key][:3]
+    samples = _encode(task_encoder, normal + [odd], ctx.seed)
+    try:
+        batch = _batch(task_encoder, samples, ctx.seed)
+    except Exception as error:
+        if not error_names_sample(error, fault.key):
+            fail(
+                f"batching samples of mismatched shapes (member {fault.member!r} of {fault.key!r} differs) raised "
+                f"{type(error).__name__} without naming the sample: {str(error)[:300]}",
+                ctx.reproduce("batch"),
+            )
+        return
+    # The TaskEncoder does not stack that field: every sample's value must still be intact.
+    _check_rows(ctx, batch, samples)

@@ -1,0 +1,133 @@
+"""Resolving ``MODULE:ATTR`` into a conformance target: a cooker or a TaskEncoder.
+
+A cooker target is an Energon :class:`~megatron.energon.Cooker` or a bare (``@stateless``) cook function;
+the suite runs it inside a harness TaskEncoder that adds nothing but the cooker and a list-batching
+``batch()``. A TaskEncoder target is a class (built with no arguments) or an instance, run as it is,
+decoder included.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
+
+from primus_energon.decoding import SafeSampleDecoder
+
+__all__ = ["Target", "resolve_target", "load_object", "HarnessTaskEncoder", "InputForm"]
+
+#: What members a cooker target receives: ``bytes`` (no decoder) or ``decoded`` (tensors, str, PIL
+#: images, produced by a safe decoder that never unpickles objects).
+InputForm = Literal["bytes", "decoded"]
+
+
+def load_object(spec: str) -> Any:
+    """Import ``MODULE:ATTR`` (ATTR may be dotted: ``pkg.mod:Class.attr``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not MODULE:ATTR (for example mypkg.cookers:cook_x)")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import module {module_name!r} of {spec!r}: {error}") from error
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"{spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+class HarnessTaskEncoder(DefaultTaskEncoder):
+    """Runs one cooker target through Energon: its cooker, no ``encode_sample``, and ``batch()`` returning
+    the list of cooked samples (so every output field reaches the checks unchanged)."""
+
+    def __init__(self, cooker: Cooker, input_form: InputForm = "bytes") -> None:
+        super().__init__()
+        self.cookers = [cooker]
+        self.decoder = SafeSampleDecoder() if input_form == "decoded" else None
+
+    @stateless
+    def batch(self, samples: list[Any]) -> list[Any]:
+        return list(samples)
+
+
+@dataclass
+class Target:
+    """A thing under test. ``make_task_encoder()`` builds a fresh TaskEncoder for each loader."""
+
+    spec: str
+    kind: Literal["cooker", "task_encoder"]
+    obj: Any
+    input_form: InputForm = "bytes"
+
+    @property
+    def name(self) -> str:
+        """Short id used in test ids and reports."""
+        return self.spec.rpartition(":")[2] if ":" in self.spec else self.spec
+
+    @property
+    def cookers(self) -> list[Cooker]:
+        """The target's cookers, in dispatch order."""
+        if self.kind == "cooker":
+            return [self.obj if isinstance(self.obj, Cooker) else Cooker(self.obj)]
+        return list(getattr(self.make_task_encoder(), "cookers", None) or [])
+
+    @property
+    def subflavors(self) -> Mapping[str, Any] | None:
+        """``has_subflavors`` of the first cooker (what data the target expects), or None."""
+        cookers = self.cookers
+        return cookers[0].has_subflavors if cookers else None
+
+    @property
+    def encoding(self) -> str | None:
+        """The ``encoding`` subflavor the target's first cooker asks for, if any."""
+        subflavors = self.subflavors or {}
+        value = subflavors.get("encoding")
+        return None if value is None else str(value)
+
+    def make_task_encoder(self) -> TaskEncoder:
+        if self.kind == "cooker":
+            return HarnessTaskEncoder(self.cookers[0], self.input_form)
+        if isinstance(self.obj, type):
+            return self.obj()
+        return self.obj
+
+    def describe(self) -> str:
+        what = "cooker" if self.kind == "cooker" else "TaskEncoder"
+        return f"{what} {self.spec}"
+
+
+def resolve_target(spec: str | Any, *, kind: str | None = None, input_form: InputForm = "bytes") -> Target:
+    """A :class:`Target` from ``MODULE:ATTR`` or from the object itself.
+
+    ``kind`` ("cooker" or "task_encoder") is inferred when not given: a ``Cooker`` or a function is a
+    cooker, a ``TaskEncoder`` class or instance a TaskEncoder. Raises ``ValueError`` otherwise.
+    """
+    obj = load_object(spec) if isinstance(spec, str) else spec
+    label = spec if isinstance(spec, str) else f"{getattr(obj, '__module__', '?')}:{_qualname(obj)}"
+    is_te = (isinstance(obj, type) and issubclass(obj, TaskEncoder)) or isinstance(obj, TaskEncoder)
+    is_cooker = isinstance(obj, Cooker) or (callable(obj) and not isinstance(obj, type) and not is_te)
+    if kind is None:
+        kind = "task_encoder" if is_te else "cooker" if is_cooker else None
+    if kind == "task_encoder" and not is_te:
+        raise ValueError(f"{label} is a {type(obj).__name__}, not a TaskEncoder class or instance")
+    if kind == "cooker" and not is_cooker:
+        raise ValueError(f"{label} is a {type(obj).__name__}, not a Cooker or a cook function")
+    if kind is None:
+        raise ValueError(f"{label} is neither a Cooker/cook function nor a TaskEncoder")
+    return Target(spec=label, kind=kind, obj=obj, input_form=input_form)  # type: ignore[arg-type]
+
+
+def _qualname(obj: Any) -> str:
+    if isinstance(obj, Cooker):
+        return _qualname(obj.cook)
+    return getattr(obj, "__qualname__", None) or type(obj).__qualname__
+
+
+def cook_function(cooker: Cooker) -> Callable[..., Any]:
+    """The callable Energon calls for ``cooker``."""
+    return cooker.cook

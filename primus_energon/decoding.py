@@ -1,0 +1,78 @@
+"""A safe replacement for Energon's ``SampleDecoder``, for TaskEncoders that want decoded members.
+
+Energon's default decoder hands ``.pth`` members to ``torch.load(weights_only=False)`` and ``.pickle``/
+``.pyd`` members to ``pickle.loads``, so a shard can run code. :class:`SafeSampleDecoder` decodes the same
+member kinds without ever unpickling objects: tensors through ``torch.load(weights_only=True)`` (and it
+must be a tensor), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow;
+pickle members are refused. Anything else stays bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import webdataset
+from megatron.energon import SampleDecoder
+
+__all__ = ["SafeSampleDecoder", "UnsafeMemberError"]
+
+
+class UnsafeMemberError(ValueError):
+    """A member whose format can only be decoded by unpickling arbitrary objects."""
+
+
+def _tensor(data: bytes) -> torch.Tensor:
+    value = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"tensor member holds a {type(value).__name__}, not a tensor")
+    return value
+
+
+def _refuse(data: bytes) -> Any:
+    raise UnsafeMemberError("pickle members (.pickle, .pyd) are refused: unpickling them can run code")
+
+
+_HANDLERS: dict[str, Callable[[bytes], Any]] = {
+    "pth": _tensor,
+    "pt": _tensor,
+    "txt": lambda data: data.decode("utf-8"),
+    "text": lambda data: data.decode("utf-8"),
+    "json": json.loads,
+    "jsn": json.loads,
+    "cls": int,
+    "cls2": int,
+    "class": int,
+    "count": int,
+    "index": int,
+    "inx": int,
+    "id": int,
+    "npy": lambda data: np.load(io.BytesIO(data), allow_pickle=False),
+    "pickle": _refuse,
+    "pyd": _refuse,
+}
+
+
+def _safe_basic_handler(key: str, data: bytes) -> Any:
+    extension = key.rsplit(".", 1)[-1].lower()
+    handler = _HANDLERS.get(extension)
+    return None if handler is None else handler(data)
+
+
+class SafeSampleDecoder(SampleDecoder):
+    """``SampleDecoder`` that never unpickles: tensors, text, JSON, ints, ``.npy``, images.
+
+    ``image_decode`` takes webdataset's image specs (``"pil"``, ``"torchrgb"``, ``"rgb8"``, ...).
+    """
+
+    def __init__(self, *, image_decode: str = "pil") -> None:
+        # Deliberately not SampleDecoder.__init__: it installs webdataset's default post-handlers, whose
+        # `.pth` and `.pickle` entries unpickle arbitrary objects. Our handlers replace them (post=[]).
+        self._config = dict(image_decode=image_decode, safe=True)
+        self._decoder = webdataset.autodecode.Decoder(
+            [_safe_basic_handler, webdataset.autodecode.imagehandler(image_decode)], post=[]
+        )
