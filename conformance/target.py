@@ -89,6 +89,14 @@ class Target:
         value = subflavors.get("encoding")
         return None if value is None else str(value)
 
+    @property
+    def wants_decoded(self) -> bool:
+        """Whether the target's cookers receive decoded members (a TaskEncoder with a decoder, or a cooker
+        checked with ``input_form="decoded"``). In-process checks then decode with a safe decoder."""
+        if self.kind == "cooker":
+            return self.input_form == "decoded"
+        return getattr(self.make_task_encoder(), "decoder", None) is not None
+
     def make_task_encoder(self) -> TaskEncoder:
         if self.kind == "cooker":
             return HarnessTaskEncoder(self.cookers[0], self.input_form)

@@ -164,7 +164,8 @@ def error_names_sample(error: BaseException, key: str) -> bool:
     while current is not None and seen < 8:
         if key in str(current):
             return True
-        current = current.__cause__ or current.__context__
+        # Follow what a traceback shows: the cause, or the context unless `raise ... from None` hid it.
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
         seen += 1
     return False
 

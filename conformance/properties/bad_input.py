@@ -40,7 +40,7 @@ def _mutations(member: str, spec: Any, value: Any, decoded: bool) -> Iterator[tu
 
 def _bad_samples(ctx: CheckContext, encoding: str | None, crude: list[dict]) -> Iterator[tuple[str, dict]]:
     schema = ctx.workspace.schema(encoding)
-    decoded = ctx.target.input_form == "decoded"
+    decoded = ctx.target.wants_decoded
     template = crude[0]
     for member, spec in schema.members.items():
         if member not in template:
@@ -135,7 +135,7 @@ def _malicious(ctx: CheckContext, encoding: str | None) -> dict:
 def check(ctx: CheckContext) -> dict:
     checked = []
     for encoding in ctx.encodings():
-        crude = read_crude(ctx.main_dataset(encoding), decoded=ctx.target.input_form == "decoded")
+        crude = read_crude(ctx.main_dataset(encoding), decoded=ctx.target.wants_decoded)
         for what, sample in _bad_samples(ctx, encoding, crude):
             _expect_error(ctx, what, sample)
             checked.append(what)

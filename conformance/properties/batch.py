@@ -67,9 +67,14 @@ def _check_rows(ctx: CheckContext, batch: Any, samples: list[Any]) -> int:
                     ctx.reproduce("batch"),
                 )
             for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
-                if value[row].shape == expected.shape and not torch.equal(
-                    value[row], expected.to(value.dtype)
-                ):
+                if value[row].shape != expected.shape or value.dtype != expected.dtype:
+                    fail(
+                        f"batch field {name!r} row {row} is {list(value[row].shape)} {value.dtype}, sample {key!r} has "
+                        f"{list(expected.shape)} {expected.dtype}: the batch padded, reshaped or cast it. Samples that "
+                        "cannot be stacked as they are must raise an error naming them",
+                        ctx.reproduce("batch"),
+                    )
+                if not torch.equal(value[row], expected):
                     fail(
                         f"batch field {name!r} row {row} is not sample {row}'s value (key {key!r}); batch order "
                         f"must be sample order (keys {keys})",

@@ -50,7 +50,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 
 def check(ctx: CheckContext) -> dict:
-    decoded = ctx.target.input_form == "decoded"
+    decoded = ctx.target.wants_decoded
     checked = 0
     for encoding in ctx.encodings():
         schema = ctx.workspace.schema(encoding)

@@ -12,7 +12,7 @@ from ._common import BASIC_KEYS, MISSING, fail, get_field
 def check(ctx: CheckContext) -> dict:
     count = 0
     for encoding in ctx.encodings():
-        crude = read_crude(ctx.main_dataset(encoding), decoded=ctx.target.input_form == "decoded")
+        crude = read_crude(ctx.main_dataset(encoding), decoded=ctx.target.wants_decoded)
         for index, sample in enumerate(crude[:16]):
             output = cook(ctx.target, sample, sample_index=index, seed=ctx.seed)
             for name in BASIC_KEYS:

@@ -51,7 +51,7 @@ def _same_members(before: dict, after: dict) -> str | None:
 
 
 def check(ctx: CheckContext) -> dict:
-    decoded = ctx.target.input_form == "decoded"
+    decoded = ctx.target.wants_decoded
     encoding = ctx.encodings()[0]
     crude = read_crude(ctx.main_dataset(encoding), decoded=decoded)[:12]
     reference = [

@@ -1,0 +1,522 @@
+"""Property 8, weight ratios: through a weighted blend of 2 to 5 datasets, the samples that reach
+``batch()`` come from each dataset in the proportions of the weights (Pearson chi-square goodness of fit
+at alpha = 1e-6, with enough draws for 99% power against a Cohen effect of 0.05, counted across 2
+workers on each of 2 ranks); every cooked sample carries its blend entry's subflavors; and a dataset
+that appears twice in a blend is reported.
+
+How it counts: every cooker and ``batch()`` of a fresh TaskEncoder is wrapped to append one JSON line per
+cooked sample (crude key, the entry's ``blend_entry`` subflavor in and out) and per batch (the keys of
+the samples it batched), from every worker process. Energon draws each worker's blend sequence i.i.d.
+from the weights, so the first ``n`` samples each worker batched (``n`` fixed in advance, cooked-ahead
+samples included) are a multinomial sample when the target drops nothing; a target that skips or drops
+samples of one dataset shifts the fractions. Counting stops before any dataset could run dry: blended
+datasets repeat.
+
+Duplicates: a user's metadataset (``--dataset x.yaml``) whose leaves (nested YAMLs resolved, paths
+relative to each YAML) name one dataset twice (same split part and subset) fails. Energon 7.4.1 gives
+both entries the same sample stream (issue #266; measured: every blended dataset of the same shard
+layout is shuffled with the same worker seed). For generated data the suite blends one dataset under two
+entries and records in ``details["duplicate_entry"]`` whether Energon gave them identical streams; that
+is Energon's behaviour, not the target's, so it is reported, not failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import random
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from megatron.energon import Cooker, TaskEncoder, WorkerConfig, stateless
+from megatron.energon.task_encoder.base import get_stateless
+
+from synthetic import Schema
+
+from ..context import CheckContext
+from ..data import infer_schema
+from ..execution import build_loader, closing
+from ..stats import chi_square_test, cohen_w, required_n
+from ._common import MISSING, fail, get_field
+
+__all__ = ["check", "metadataset_leaves", "duplicate_leaves", "Leaf", "ALPHA", "POWER", "EFFECT"]
+
+ALPHA = 1e-6
+POWER = 0.99
+EFFECT = 0.05
+WORLD_SIZE = 2
+NUM_WORKERS = 2
+BATCH_SIZE = 64
+SUBFLAVOR = "blend_entry"
+#: samples per generated blend dataset: 2 shards of 8, so each of the 4 workers holds samples of each
+SAMPLES_PER_DATASET = 16
+
+
+# --- recording ---------------------------------------------------------------------------------------
+
+
+def _where() -> dict[str, Any]:
+    config = WorkerConfig.active_worker_config
+    return {"rank": config.rank if config is not None else None, "pid": os.getpid()}
+
+
+def _entry_of(subflavors: Any) -> Any:
+    """The ``blend_entry`` subflavor: an int, or "missing" (no ``__subflavors__``), "absent" (no such key)."""
+    if subflavors is MISSING or subflavors is None:
+        return "missing"
+    if not isinstance(subflavors, Mapping):
+        return f"not a mapping: {subflavors!r:.80}"
+    return subflavors.get(SUBFLAVOR, "absent")
+
+
+def _recording_cooker(cook_fn: Any, pending: list[dict[str, Any]]) -> Any:
+    @functools.wraps(cook_fn)
+    def record(sample: dict, **aux: Any) -> Any:
+        output = cook_fn(sample, **aux)  # a skipped or failed sample is not recorded
+        subflavors = get_field(output, "__subflavors__")
+        pending.append(
+            {
+                "stage": "cook",
+                "key": sample.get("__key__"),
+                "in": _entry_of(sample.get("__subflavors__")),
+                "out": _entry_of(subflavors),
+                "out_subflavors": repr(subflavors)[:200],
+                **_where(),
+            }
+        )
+        return output
+
+    return stateless(record) if get_stateless(cook_fn) else record
+
+
+def _recording_batch(batch_fn: Any, sink: str, pending: list[dict[str, Any]], ship: bool) -> Any:
+    @functools.wraps(batch_fn)
+    def batch(samples: list[Any]) -> Any:
+        result = batch_fn(samples)  # a skipped batch is not recorded
+        keys = [get_field(s, "__key__") for s in samples]
+        lines = [
+            *pending,
+            {
+                "stage": "batch",
+                "keys": [k if isinstance(k, str) else None for k in keys],
+                "entries": [_entry_of(get_field(s, "__subflavors__")) for s in samples],
+                **_where(),
+            },
+        ]
+        pending.clear()
+        with open(sink, "a", encoding="utf-8") as out:
+            out.write("".join(json.dumps(line, default=str) + "\n" for line in lines))
+        return result if ship else len(samples)
+
+    return stateless(batch) if get_stateless(batch_fn) else batch
+
+
+def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskEncoder:
+    """A fresh TaskEncoder of the target whose cookers and ``batch()`` append records to ``sink`` (cook
+    records are buffered in the worker and written with the next batch). Unless ``ship`` or the
+    TaskEncoder has an ``encode_batch``, ``batch()`` still runs but hands the loader only the sample
+    count, so batches are not shipped from the workers (the counts come from the records)."""
+    task_encoder = ctx.target.make_task_encoder()
+    pending: list[dict[str, Any]] = []
+    task_encoder.cookers = [
+        Cooker(_recording_cooker(c.cook, pending), has_subflavors=c.has_subflavors)
+        for c in task_encoder.cookers
+    ]
+    ship = ship or _overrides(task_encoder, "encode_batch")
+    task_encoder.batch = _recording_batch(task_encoder.batch, str(sink), pending, ship)  # type: ignore[method-assign]
+    return task_encoder
+
+
+def _overrides(task_encoder: TaskEncoder, name: str) -> bool:
+    method = getattr(type(task_encoder), name, None)
+    return method is not None and method is not getattr(TaskEncoder, name, None)
+
+
+def _records(sink: Path) -> list[dict[str, Any]]:
+    if not sink.exists():
+        return []
+    return [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line]
+
+
+# --- duplicate leaves in a user's metadataset ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A dataset a metadataset blends: its resolved path, split part and subset, and where it is listed."""
+
+    path: str
+    split_part: str | None
+    subset: str | None
+    where: str
+
+    @property
+    def identity(self) -> tuple[str, str | None, str | None]:
+        return (self.path, self.split_part, self.subset)
+
+
+def _resolve(path: str, base: Path) -> str:
+    if "://" in path:
+        return path
+    return os.path.realpath(base / path)
+
+
+def metadataset_leaves(yaml_path: str | os.PathLike, split: str = "train") -> list[Leaf]:
+    """The datasets the ``split`` blend of a metadataset reads, nested metadatasets expanded.
+
+    Understands MetadatasetV2 (``splits: {split: {blend: [...]}}``, ``blend_epochized``, a single
+    ``path`` reference, ``join`` whose members count as one leaf) and the legacy form
+    (``splits: {split: {datasets: [...]}}``). Relative paths resolve against each YAML's directory.
+    """
+    leaves: list[Leaf] = []
+    _walk_yaml(Path(yaml_path), split, leaves, (), split_part=None)
+    return leaves
+
+
+def _walk_yaml(
+    yaml_path: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...], split_part: str | None
+) -> None:
+    real = os.path.realpath(yaml_path)
+    if real in stack:
+        raise ValueError(f"metadataset {str(yaml_path)!r} includes itself ({' > '.join(stack)})")
+    doc = yaml.safe_load(Path(real).read_text(encoding="utf-8")) or {}
+    splits = doc.get("splits") if isinstance(doc, Mapping) else None
+    if not isinstance(splits, Mapping):
+        raise ValueError(f"metadataset {str(yaml_path)!r} has no `splits:` mapping")
+    node = splits.get(split_part or split)
+    if node is None:
+        return
+    _walk_node(
+        node, Path(real).parent, split, leaves, (*stack, real), f"{yaml_path}: splits.{split_part or split}"
+    )
+
+
+def _walk_node(
+    node: Any, base: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...], where: str
+) -> None:
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            _walk_node(item, base, split, leaves, stack, f"{where}[{index}]")
+        return
+    if not isinstance(node, Mapping):
+        return
+    for group in ("blend", "blend_epochized", "datasets"):
+        if group in node:
+            _walk_node(node[group], base, split, leaves, stack, f"{where}.{group}")
+            return
+    if "join" in node:
+        join = node["join"]
+        members = join.values() if isinstance(join, Mapping) else join if isinstance(join, list) else []
+        paths = sorted(
+            _resolve(str(m["path"]), base) if isinstance(m, Mapping) and "path" in m else repr(m)
+            for m in members
+        )
+        leaves.append(Leaf("join(" + ", ".join(paths) + ")", node.get("split_part"), None, where))
+        return
+    if "path" not in node:
+        return
+    path = str(node["path"])
+    split_part = node.get("split_part")
+    if path.endswith((".yaml", ".yml")) and "://" not in path:
+        _walk_yaml(base / path, split, leaves, stack, split_part)
+        return
+    subset = node.get("subset")
+    leaves.append(
+        Leaf(
+            _resolve(path, base),
+            split_part,
+            None if subset is None else json.dumps(subset, sort_keys=True, default=str),
+            where,
+        )
+    )
+
+
+def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
+    """Pairs (first listing, repeated listing) of leaves that read the same dataset, split part and subset."""
+    first: dict[tuple, Leaf] = {}
+    pairs = []
+    for leaf in leaves:
+        if leaf.identity in first:
+            pairs.append((first[leaf.identity], leaf))
+        else:
+            first[leaf.identity] = leaf
+    return pairs
+
+
+def _check_user_metadataset(ctx: CheckContext, yaml_path: str) -> list[Leaf]:
+    leaves = metadataset_leaves(yaml_path)
+    pairs = duplicate_leaves(leaves)
+    if pairs:
+        shown = "; ".join(f"{a.path!r} is listed at {a.where} and again at {b.where}" for a, b in pairs)
+        fail(
+            f"a dataset appears twice in the blend of {yaml_path!r}: {shown}. Energon 7.4.1 gives both "
+            "entries the same worker seed, so they yield identical sample streams and that dataset's samples "
+            "arrive in pairs (Energon issue #266); list each dataset once and give it the summed weight",
+            ctx.reproduce("blend"),
+        )
+    return leaves
+
+
+# --- the blends ------------------------------------------------------------------------------------------
+
+
+def _draw_blend(rng: random.Random) -> list[int]:
+    """k in 2..5 datasets with integer weights 1..9 (not all equal, so the weights matter)."""
+    k = rng.randint(2, 5)
+    while True:
+        weights = [rng.randint(1, 9) for _ in range(k)]
+        if len(set(weights)) > 1:
+            return weights
+
+
+def _data_source(ctx: CheckContext) -> tuple[list[str | None], Schema | None]:
+    """The encodings to blend, and the schema when the user's data is a metadataset (whose first leaf
+    describes the format)."""
+    dataset = ctx.workspace.dataset
+    if dataset and str(dataset).endswith((".yaml", ".yml")):
+        leaves = _check_user_metadataset(ctx, str(dataset))
+        first = next((leaf.path for leaf in leaves if Path(leaf.path).is_dir()), None)
+        if first is None:
+            raise ValueError(
+                f"metadataset {dataset!r} names no local dataset directory to infer the format from"
+            )
+        schema = infer_schema(first)
+        return [schema.encoding], schema
+    return ctx.encodings(), None
+
+
+def _dataset(
+    ctx: CheckContext, encoding: str | None, schema: Schema | None, name: str, **options: Any
+) -> Path:
+    options = {"num_samples": SAMPLES_PER_DATASET, "shard_size": 8, "key_prefix": name, **options}
+    return ctx.workspace.generated(encoding, name, schema=schema, **options)
+
+
+def _counts_per_worker(records: list[dict[str, Any]], prefixes: dict[str, int], per_worker: int) -> dict:
+    """Per worker pid: the blend entries of its first ``per_worker`` batched samples (by key), or of its
+    first cooked samples when batched samples carry no recognisable key."""
+    batched: dict[int, list[Any]] = defaultdict(list)
+    cooked: dict[int, list[Any]] = defaultdict(list)
+    for record in records:
+        if record["stage"] == "batch":
+            for key, entry in zip(record["keys"], record["entries"], strict=True):
+                by_key = prefixes.get(key.rsplit("_", 1)[0]) if key else None
+                batched[record["pid"]].append(by_key if by_key is not None else entry)
+        else:
+            cooked[record["pid"]].append(prefixes.get(str(record["key"]).rsplit("_", 1)[0], record["in"]))
+    entries = set(prefixes.values())
+    usable = all(all(e in entries for e in seq) for seq in batched.values()) and batched
+    source = batched if usable else cooked
+    return {
+        "stage": "batch" if usable else "cook",
+        "workers": {pid: seq[:per_worker] for pid, seq in source.items()},
+    }
+
+
+def _check_subflavors(ctx: CheckContext, records: list[dict[str, Any]], prefixes: dict[str, int]) -> int:
+    checked = 0
+    for record in records:
+        if record["stage"] == "cook":
+            expected = record["in"]
+            if not isinstance(expected, int):
+                continue  # Energon did not merge the entry's subflavors: not the target's doing
+            if record["out"] != expected:
+                fail(
+                    f"per-entry subflavors do not reach the samples: sample {record['key']!r} came from blend entry "
+                    f"{expected} (its crude __subflavors__ hold {SUBFLAVOR}: {expected}, the metadataset entry's "
+                    f"subflavors), but the cooker's output has __subflavors__ {record['out_subflavors']} "
+                    f"({SUBFLAVOR}: {record['out']}). Pass the crude sample's __subflavors__ on unchanged "
+                    "(**basic_sample_keys(sample)), so training can tell the blend's sources apart",
+                    ctx.reproduce("blend"),
+                )
+            checked += 1
+        else:
+            for key, entry in zip(record["keys"], record["entries"], strict=True):
+                expected = prefixes.get(key.rsplit("_", 1)[0]) if key else None
+                if expected is None or entry == "missing":
+                    continue  # the batched type has no __subflavors__ field: nothing to compare
+                if entry != expected:
+                    fail(
+                        f"per-entry subflavors do not reach the samples: sample {key!r} of blend entry {expected} "
+                        f"reached batch() with {SUBFLAVOR}: {entry} in its __subflavors__ (expected {expected}); "
+                        "something between the cooker and batch() replaced them",
+                        ctx.reproduce("blend"),
+                    )
+    return checked
+
+
+def _run_blend(
+    ctx: CheckContext, index: int, weights: list[int], encoding: str | None, schema: Schema | None
+) -> dict[str, Any]:
+    k = len(weights)
+    paths = [_dataset(ctx, encoding, schema, f"blend{i}") for i in range(k)]
+    prefixes = {f"blend{i}": i for i in range(k)}
+    entries = [
+        (p, w, {**ctx.workspace.subflavors(p), SUBFLAVOR: i}) for i, (p, w) in enumerate(zip(paths, weights))
+    ]
+    mds = ctx.workspace.metadataset(f"blend-{index}-{'-'.join(map(str, weights))}", entries)
+    n = required_n(k, alpha=ALPHA, power=POWER, w=EFFECT)
+    per_worker = math.ceil(n / (WORLD_SIZE * NUM_WORKERS))
+    started = time.perf_counter()
+    all_counts: Counter[int] = Counter()
+    stages = set()
+    checked = 0
+    batches = 0
+    for rank in range(WORLD_SIZE):
+        sink = ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl"
+        try:
+            batches += _consume(ctx, mds, rank, sink, per_worker)
+            records = _records(sink)
+        finally:
+            sink.unlink(missing_ok=True)
+        counted = _counts_per_worker(records, prefixes, per_worker)
+        stages.add(counted["stage"])
+        for pid, seq in counted["workers"].items():
+            if len(seq) < per_worker:
+                fail(
+                    f"blend {weights}: worker pid {pid} of rank {rank} delivered only {len(seq)} samples after "
+                    f"{batches} batches, expected at least {per_worker}",
+                    ctx.reproduce("blend"),
+                )
+            all_counts.update(seq)
+        checked += _check_subflavors(ctx, records, prefixes)
+    seconds = time.perf_counter() - started
+    counts = [all_counts.get(i, 0) for i in range(k)]
+    total = sum(counts)
+    statistic, p_value = chi_square_test(counts, weights)
+    fractions = [c / total for c in counts]
+    expected = [w / sum(weights) for w in weights]
+    result = {
+        "weights": weights,
+        "encoding": encoding,
+        "n": total,
+        "required_n": n,
+        "counts": counts,
+        "fractions": [round(f, 5) for f in fractions],
+        "expected": [round(e, 5) for e in expected],
+        "statistic": round(statistic, 4),
+        "p_value": p_value,
+        "cohen_w": round(cohen_w(fractions, weights), 5),
+        "counted_at": "/".join(sorted(stages)),
+        "subflavor_samples_checked": checked,
+        "seconds": round(seconds, 2),
+    }
+    if p_value < ALPHA:
+        rows = "\n".join(
+            f"  entry {i} (dataset blend{i}, weight {weights[i]}/{sum(weights)}): observed {fractions[i]:.4f} "
+            f"({counts[i]} samples), expected {expected[i]:.4f} ({expected[i] * total:.0f})"
+            for i in range(k)
+        )
+        fail(
+            f"blend of {k} datasets with weights {weights}: the realised fractions differ from the weights "
+            f"(chi-square goodness of fit: N={total}, statistic {statistic:.2f} on {k - 1} df, p={p_value:.3g} < "
+            f"alpha {ALPHA:g}; Cohen's w {result['cohen_w']:.4f}; N gives {POWER:.0%} power against w={EFFECT}):\n"
+            f"{rows}\ncounted: the first {per_worker} samples that reached batch() on each of {NUM_WORKERS} workers x "
+            f"{WORLD_SIZE} ranks. A cooker or TaskEncoder that skips, drops or duplicates samples of one dataset "
+            "changes the blend the user asked for",
+            ctx.reproduce("blend"),
+        )
+    return result
+
+
+def _consume(ctx: CheckContext, mds: Path, rank: int, sink: Path, per_worker: int) -> int:
+    """Pull batches on ``rank`` until each worker has batched ``per_worker`` samples; returns the count."""
+    task_encoder = _instrumented(ctx, sink)
+    planned = NUM_WORKERS * math.ceil(per_worker / BATCH_SIZE)
+    consumed = 0
+    with closing(
+        build_loader(
+            ctx.target,
+            mds,
+            batch_size=BATCH_SIZE,
+            num_workers=NUM_WORKERS,
+            seed=ctx.seed,
+            rank=rank,
+            world_size=WORLD_SIZE,
+            task_encoder=task_encoder,
+        )
+    ) as loader:
+        iterator = iter(loader)
+        while True:
+            while consumed < planned:
+                next(iterator)
+                consumed += 1
+            done = Counter(r["pid"] for r in _records(sink) if r["stage"] == "batch" for _ in r["keys"])
+            if len(done) >= NUM_WORKERS and min(done.values()) >= per_worker:
+                return consumed
+            if consumed >= 4 * NUM_WORKERS * math.ceil(per_worker / BATCH_SIZE):
+                return consumed  # the caller reports the short worker
+            planned += NUM_WORKERS
+
+
+def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | None) -> dict[str, Any]:
+    """Blend one dataset (8 shards of 2, so its order is shuffled) under two entries on one process and
+    report whether Energon gave both entries the same sample stream (issue #266)."""
+    path = _dataset(ctx, encoding, schema, "blenddup", shard_size=2)
+    subflavors = ctx.workspace.subflavors(path)
+    mds = ctx.workspace.metadataset(
+        "blend-duplicate",
+        [(path, 1, {**subflavors, SUBFLAVOR: 0}), (path, 1, {**subflavors, SUBFLAVOR: 1})],
+    )
+    sink = ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl"
+    try:
+        task_encoder = _instrumented(ctx, sink)
+        with closing(
+            build_loader(
+                ctx.target, mds, batch_size=8, num_workers=0, seed=ctx.seed, task_encoder=task_encoder
+            )
+        ) as loader:
+            iterator = iter(loader)
+            for _ in range(12):
+                next(iterator)
+        records = [r for r in _records(sink) if r["stage"] == "cook"]
+    finally:
+        sink.unlink(missing_ok=True)
+    streams: dict[Any, list[str]] = defaultdict(list)
+    for record in records:
+        streams[record["in"]].append(record["key"])
+    length = min(len(streams[0]), len(streams[1]))
+    identical = length > 0 and streams[0][:length] == streams[1][:length]
+    return {
+        "identical_streams": identical,
+        "compared": length,
+        "note": (
+            "Energon gave both entries of the duplicated dataset the same sample stream (issue #266): a dataset "
+            "listed twice in a blend is sampled in identical pairs, not at twice the weight with fresh samples"
+            if identical
+            else "Energon gave the two entries of the duplicated dataset different sample streams"
+        ),
+    }
+
+
+def check(ctx: CheckContext) -> dict:
+    encodings, schema = _data_source(ctx)
+    rng = random.Random(f"conformance-blend-{ctx.seed}")
+    blends = []
+    for index in range(ctx.profile.blends):
+        weights = _draw_blend(rng)
+        blends.append(_run_blend(ctx, index, weights, encodings[index % len(encodings)], schema))
+    duplicate = _duplicate_entry(ctx, encodings[0], schema)
+    summary = "; ".join(
+        f"weights {b['weights']}: N={b['n']}, p={b['p_value']:.3g}, fractions {b['fractions']} "
+        f"({b['seconds']:.1f} s)"
+        for b in blends
+    )
+    return {
+        "blends": blends,
+        "duplicate_entry": duplicate,
+        "summary": summary
+        + (
+            " | duplicated dataset: identical streams (Energon #266)"
+            if duplicate["identical_streams"]
+            else ""
+        ),
+    }

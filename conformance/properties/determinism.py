@@ -1,0 +1,149 @@
+"""Property 5, determinism across fresh processes: two new processes with different ``PYTHONHASHSEED`` and
+the same seed deliver identical batches (keys and the bytes of every tensor and field), and another seed
+changes the order; for 0, 1 and 2 workers.
+
+Two children (``python -m conformance.runner determinism``) run concurrently: seed S with
+``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
+spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order depends
+on ``num_workers``, so batches are compared per worker count, never across.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..context import CheckContext
+from ..fingerprint import first_difference
+from ..runner import (
+    Child,
+    child_env,
+    child_target_args,
+    finish,
+    parse_fingerprint,
+    runner_command,
+    start,
+    stop,
+)
+from ._common import fail
+
+WORKERS = (0, 1, 2)
+BATCHES = 6
+BATCH_SIZE = 4
+HINT = (
+    "A cooked sample must depend only on the sample and the loader's seed: not on hash() of a str or "
+    "bytes (PYTHONHASHSEED), the process id, the time, or an unseeded RNG (draw random augmentation in a "
+    "@stateless(restore_seeds=True) function)"
+)
+
+
+def _children(ctx: CheckContext, datasets: list[Path], tmp: Path) -> dict[str, tuple[Child, Path]]:
+    base = child_target_args(ctx.target)
+    common = ["--workers", ",".join(map(str, WORKERS)), "--batches", str(BATCHES)]
+    common += ["--batch-size", str(BATCH_SIZE)]
+    for dataset in datasets:
+        common += ["--dataset", str(dataset)]
+    runs = {"a": ([ctx.seed], 1), "b": ([ctx.seed, ctx.seed + 1], 2)}
+    children: dict[str, tuple[Child, Path]] = {}
+    try:
+        for name, (seeds, hashseed) in runs.items():
+            out = tmp / f"{name}.json"
+            seed_args = [arg for seed in seeds for arg in ("--seed", str(seed))]
+            command = runner_command("determinism", [*base, *common, *seed_args, "--out", str(out)])
+            env = child_env(hashseed)
+            children[name] = (start(command, env=env, show_env=["PYTHONHASHSEED"]), out)
+    except BaseException:
+        for child, _ in children.values():
+            stop(child)
+        raise
+    return children
+
+
+def _describe_keys(keys: list[str] | None) -> str:
+    return "?" if keys is None else "[" + ", ".join(keys) + "]"
+
+
+def _order(run: dict[str, Any]) -> Any:
+    """The key order a run delivered: batch keys if the batches expose them, else the cookers' order per
+    process, else the batch digests."""
+    batches = run["batches"]
+    if batches and all(b["keys"] is not None for b in batches):
+        return [b["keys"] for b in batches]
+    if any(run.get("cook_order") or []):
+        return run["cook_order"]
+    return [b["digest"] for b in batches]
+
+
+def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dict) -> None:
+    first, second = a["batches"], b["batches"]
+    where = (
+        f"two fresh processes with seed {ctx.seed} (PYTHONHASHSEED=1 and 2), num_workers={nw}, dataset "
+        f"{Path(dataset).name}"
+    )
+    if len(first) != len(second):
+        fail(
+            f"{where}: expected the same number of batches, observed {len(first)} and {len(second)}. {HINT}",
+            ctx.reproduce("determinism"),
+        )
+    for index, (x, y) in enumerate(zip(first, second, strict=True)):
+        if x["digest"] == y["digest"]:
+            continue
+        if x["keys"] != y["keys"]:
+            detail = f"keys {_describe_keys(x['keys'])} vs {_describe_keys(y['keys'])}"
+        else:
+            fx, fy = parse_fingerprint(x["fingerprint"]), parse_fingerprint(y["fingerprint"])
+            diff = first_difference(fx, fy) if fx is not None and fy is not None else None
+            detail = f"same keys {_describe_keys(x['keys'])}, but {diff or 'different contents'}"
+        fail(
+            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs ({detail}). "
+            f"{HINT}",
+            ctx.reproduce("determinism"),
+        )
+
+
+def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other: dict) -> None:
+    if _order(a) == _order(other):
+        keys = [b["keys"] for b in a["batches"][:2]]
+        shown = ", ".join(_describe_keys(k) for k in keys)
+        fail(
+            f"seed has no effect on the order for num_workers={nw}: seeds {ctx.seed} and {ctx.seed + 1} "
+            f"delivered the same samples in the same order (first batches {shown}; dataset "
+            f"{Path(dataset).name}). Expected a different order for another seed: do not replace Energon's "
+            "seeded shuffling with a fixed order",
+            ctx.reproduce("determinism"),
+        )
+
+
+def check(ctx: CheckContext) -> dict:
+    datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
+    with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name:
+        children = _children(ctx, datasets, Path(name))
+        try:
+            for label, (child, _) in children.items():
+                finish(
+                    child,
+                    what=f"the determinism child process ({label})",
+                    reproduce=ctx.reproduce("determinism"),
+                )
+        finally:
+            for child, _ in children.values():
+                stop(child)
+        runs = {label: json.loads(out.read_text(encoding="utf-8")) for label, (_, out) in children.items()}
+        seconds = {label: child.seconds for label, (child, _) in children.items()}
+    a, b = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed)]
+    other = runs["b"]["results"][str(ctx.seed + 1)]
+    for dataset in a:
+        for nw in WORKERS:
+            _compare_same_seed(ctx, dataset, nw, a[dataset][str(nw)], b[dataset][str(nw)])
+    for dataset in a:
+        for nw in WORKERS:
+            _compare_other_seed(ctx, dataset, nw, a[dataset][str(nw)], other[dataset][str(nw)])
+    return {
+        "datasets": len(datasets),
+        "workers": list(WORKERS),
+        "batches": BATCHES,
+        "batch_size": BATCH_SIZE,
+        "child_seconds": seconds,
+    }

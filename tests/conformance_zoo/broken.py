@@ -1,0 +1,374 @@
+"""Deliberately broken cookers and TaskEncoders, each with the property that must catch it.
+
+Every entry of BROKEN_TARGETS names a realistic bug (many seen in the wild: see the prior-art notes)
+and the conformance property that must fail on it. tests/test_conformance_zoo.py asserts that it does.
+Running some of these executes the suite's benign malicious payload (it only creates a marker file).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from megatron.energon import (
+    Cooker,
+    DefaultTaskEncoder,
+    SampleDecoder,
+    SkipSample,
+    basic_sample_keys,
+    stateless,
+)
+
+from primus_energon import DiffusionSample, batch_preencoded, cook_preencoded_diffusion, load_tensor
+from primus_energon.cookers import PREENCODED_TENSOR_MEMBERS
+
+_MEMBERS = dict(PREENCODED_TENSOR_MEMBERS)
+
+
+def _good(sample: dict) -> DiffusionSample:
+    return cook_preencoded_diffusion(sample)
+
+
+# 1. Accepted by Energon -------------------------------------------------------------------------
+
+
+def cook_not_stateless(sample: dict) -> DiffusionSample:
+    """Forgot @stateless: Energon fails every sample."""
+    return _good(sample)
+
+
+COOKER_FOR_OTHER_ENCODING = Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded_v2"})
+
+
+# 2. Key forwarding --------------------------------------------------------------------------------
+
+
+@stateless
+def cook_drops_restore_key(sample: dict) -> DiffusionSample:
+    good = _good(sample)
+    return DiffusionSample(
+        __key__=sample["__key__"],
+        __restore_key__=(),
+        latents=good.latents,
+        prompt_embeds=good.prompt_embeds,
+        pooled_prompt_embeds=good.pooled_prompt_embeds,
+        caption=good.caption,
+    )
+
+
+@stateless
+def cook_drops_sources(sample: dict) -> dict[str, Any]:
+    good = _good(sample)
+    return {
+        "__key__": sample["__key__"],
+        "__restore_key__": sample["__restore_key__"],
+        "__subflavors__": sample["__subflavors__"],
+        "latents": good.latents,
+        "prompt_embeds": good.prompt_embeds,
+        "pooled_prompt_embeds": good.pooled_prompt_embeds,
+        "caption": good.caption,
+    }
+
+
+# 3. Fidelity --------------------------------------------------------------------------------------
+
+
+def _replace(sample: dict, **changes: Any) -> DiffusionSample:
+    good = _good(sample)
+    fields = dict(
+        latents=good.latents,
+        prompt_embeds=good.prompt_embeds,
+        pooled_prompt_embeds=good.pooled_prompt_embeds,
+        caption=good.caption,
+    )
+    fields.update(changes)
+    return DiffusionSample(**basic_sample_keys(sample), **fields)
+
+
+@stateless
+def cook_casts_to_float32(sample: dict) -> DiffusionSample:
+    good = _good(sample)
+    return _replace(sample, latents=good.latents.float(), prompt_embeds=good.prompt_embeds.float())
+
+
+@stateless
+def cook_strips_caption(sample: dict) -> DiffusionSample:
+    return _replace(sample, caption=_good(sample).caption.strip())
+
+
+@stateless
+def cook_ascii_caption(sample: dict) -> DiffusionSample:
+    return _replace(sample, caption=_good(sample).caption.encode("ascii", "ignore").decode())
+
+
+@stateless
+def cook_truncates_caption(sample: dict) -> DiffusionSample:
+    return _replace(sample, caption=_good(sample).caption[:512])
+
+
+@stateless
+def cook_normalizes_latents(sample: dict) -> DiffusionSample:
+    latents = _good(sample).latents
+    return _replace(sample, latents=(latents - latents.mean()) / (latents.std() + 1e-6))
+
+
+@stateless
+def cook_grayscale_images(sample: dict) -> dict[str, Any]:
+    from primus_energon import cook_raw_images
+
+    out = cook_raw_images(sample)
+    return {**out, "images": out["images"].convert("L")}
+
+
+# 4. Purity ----------------------------------------------------------------------------------------
+
+_CACHE: dict[str, DiffusionSample] = {}
+
+
+@stateless
+def cook_caches_by_key(sample: dict) -> DiffusionSample:
+    """Caches by __key__: two datasets of a blend with the same key get one payload."""
+    key = sample["__key__"]
+    if key not in _CACHE:
+        _CACHE[key] = _good(sample)
+    cached = _CACHE[key]
+    return DiffusionSample(
+        **basic_sample_keys(sample),
+        latents=cached.latents,
+        prompt_embeds=cached.prompt_embeds,
+        pooled_prompt_embeds=cached.pooled_prompt_embeds,
+        caption=cached.caption,
+    )
+
+
+@stateless
+def cook_mutates_input(sample: dict) -> DiffusionSample:
+    out = _good(sample)
+    sample.pop("caption.txt", None)  # "free memory early"
+    return out
+
+
+@stateless
+def cook_reseeds_global_rng(sample: dict) -> DiffusionSample:
+    torch.manual_seed(hash(sample["__key__"]) % 2**31)
+    np.random.seed(0)
+    return _good(sample)
+
+
+_BUFFER = torch.zeros(1 << 16)
+
+
+@stateless
+def cook_shared_buffer(sample: dict) -> DiffusionSample:
+    """Decodes latents into one preallocated buffer to save allocations: every output aliases it."""
+    latents = _good(sample).latents
+    view = _BUFFER[: latents.numel()].view(latents.shape)
+    view.copy_(latents)
+    return _replace(sample, latents=view)
+
+
+_COUNT = [0]
+
+
+@stateless
+def cook_counts_calls(sample: dict) -> DiffusionSample:
+    _COUNT[0] += 1
+    return _replace(sample, caption=f"{_good(sample).caption} #{_COUNT[0]}")
+
+
+# 10. Bad input and security -----------------------------------------------------------------------
+
+
+def _lenient_tensor(value: Any, shape: tuple[int, ...]) -> torch.Tensor:
+    try:
+        return torch.load(io.BytesIO(value), map_location="cpu", weights_only=True)
+    except Exception:
+        return torch.zeros(shape)
+
+
+@stateless
+def cook_zeros_on_bad_input(sample: dict) -> DiffusionSample:
+    """Fills in zeros for a missing or unreadable member: silent garbage in training."""
+    return DiffusionSample(
+        **basic_sample_keys(sample),
+        latents=_lenient_tensor(sample.get("latents.pth", b""), (4, 8, 8)),
+        prompt_embeds=_lenient_tensor(sample.get("prompt_embeds.pth", b""), (7, 16)),
+        pooled_prompt_embeds=_lenient_tensor(sample.get("pooled_prompt_embeds.pth", b""), (16,)),
+        caption=bytes(sample.get("caption.txt", b"")).decode("utf-8", "replace"),
+    )
+
+
+@stateless
+def cook_error_without_key(sample: dict) -> DiffusionSample:
+    try:
+        return _good(sample)
+    except Exception:
+        raise ValueError("bad sample") from None
+
+
+@stateless
+def cook_skips_bad_samples(sample: dict) -> DiffusionSample:
+    try:
+        return _good(sample)
+    except Exception:
+        raise SkipSample() from None
+
+
+@stateless
+def cook_unsafe_torch_load(sample: dict) -> DiffusionSample:
+    """The guide's cooker on Energon's old default: torch.load with weights_only=False."""
+    tensors = {
+        field: torch.load(io.BytesIO(sample[member]), map_location="cpu", weights_only=False)
+        for field, member in _MEMBERS.items()
+    }
+    return DiffusionSample(
+        **basic_sample_keys(sample), **tensors, caption=sample["caption.txt"].decode("utf-8")
+    )
+
+
+@stateless
+def cook_accepts_decoded(sample: dict) -> DiffusionSample:
+    tensors = {
+        f: v if isinstance((v := sample[m]), torch.Tensor) else load_tensor(v, sample, m)
+        for f, m in _MEMBERS.items()
+    }
+    caption = sample.get("caption.txt", "")
+    return DiffusionSample(
+        **basic_sample_keys(sample),
+        **tensors,
+        caption=caption if isinstance(caption, str) else caption.decode(),
+    )
+
+
+class DefaultDecoderTaskEncoder(DefaultTaskEncoder):
+    """The guide's TaskEncoder: Energon's default SampleDecoder unpickles .pth members before cooking."""
+
+    decoder = SampleDecoder(image_decode="pil")
+    cookers = [Cooker(cook_accepts_decoded, has_subflavors={"encoding": "preencoded"})]
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        return batch_preencoded(samples)
+
+
+# 11. Batch contract -------------------------------------------------------------------------------
+
+
+class _Base(DefaultTaskEncoder):
+    decoder = None
+    cookers = [Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded"})]
+
+
+class ConcatBatchTaskEncoder(_Base):
+    """torch.cat instead of torch.stack: no batch dimension."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        return {"latents": torch.cat([s.latents for s in samples]), "__key__": [s.__key__ for s in samples]}
+
+
+class ReversedBatchTaskEncoder(_Base):
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        return batch_preencoded(list(reversed(samples)))
+
+
+class DropsLastTaskEncoder(_Base):
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        kept = samples[:-1] if len(samples) > 1 else samples
+        out = batch_preencoded(kept)
+        out["__key__"] = [s.__key__ for s in samples]  # claims all of them
+        return out
+
+
+class BareStackTaskEncoder(_Base):
+    """The guide's batch(): torch.stack's bare size-mismatch error names no sample."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        return {f: torch.stack([getattr(s, f) for s in samples]) for f in _MEMBERS}
+
+
+class PadsSilentlyTaskEncoder(_Base):
+    """Zero-pads every field to the largest shape in the batch instead of raising."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        out: dict[str, Any] = {"__key__": [s.__key__ for s in samples]}
+        for field in _MEMBERS:
+            values = [getattr(s, field) for s in samples]
+            shape = [max(v.shape[d] for v in values) for d in range(values[0].ndim)]
+            padded = torch.zeros([len(values), *shape], dtype=values[0].dtype)
+            for row, value in enumerate(values):
+                padded[(row, *(slice(0, n) for n in value.shape))] = value
+            out[field] = padded
+        return out
+
+
+# Random augmentation without restore_seeds: resumes with different noise (Energon notes §4). ------
+
+
+class UnseededAugmentationTaskEncoder(_Base):
+    @stateless
+    def encode_sample(self, sample: DiffusionSample) -> DiffusionSample:
+        sample.latents = sample.latents + random.random()
+        return sample
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        return batch_preencoded(samples)
+
+
+#: name -> (kind, spec, options, the property that must fail)
+BROKEN_TARGETS: dict[str, tuple[str, str, dict, str]] = {
+    "cook function without @stateless": (
+        "cooker",
+        "cook_not_stateless",
+        {"encoding": "preencoded"},
+        "accepted",
+    ),
+    "cooker for an encoding the data does not have": (
+        "cooker",
+        "COOKER_FOR_OTHER_ENCODING",
+        {"encoding": "preencoded"},
+        "accepted",
+    ),
+    "drops __restore_key__": ("cooker", "cook_drops_restore_key", {"encoding": "preencoded"}, "keys"),
+    "drops __sources__": ("cooker", "cook_drops_sources", {"encoding": "preencoded"}, "keys"),
+    "casts to float32": ("cooker", "cook_casts_to_float32", {"encoding": "preencoded"}, "fidelity"),
+    "strips the caption": ("cooker", "cook_strips_caption", {"encoding": "preencoded"}, "fidelity"),
+    "drops non-ASCII": ("cooker", "cook_ascii_caption", {"encoding": "preencoded"}, "fidelity"),
+    "truncates long captions": ("cooker", "cook_truncates_caption", {"encoding": "preencoded"}, "fidelity"),
+    "normalizes latents": ("cooker", "cook_normalizes_latents", {"encoding": "preencoded"}, "fidelity"),
+    "grayscale images": ("cooker", "cook_grayscale_images", {"encoding": "raw"}, "fidelity"),
+    "caches by __key__": ("cooker", "cook_caches_by_key", {"encoding": "preencoded"}, "purity"),
+    "mutates its input": ("cooker", "cook_mutates_input", {"encoding": "preencoded"}, "purity"),
+    "reseeds the global RNG": ("cooker", "cook_reseeds_global_rng", {"encoding": "preencoded"}, "purity"),
+    "outputs share one buffer": ("cooker", "cook_shared_buffer", {"encoding": "preencoded"}, "purity"),
+    "depends on call count": ("cooker", "cook_counts_calls", {"encoding": "preencoded"}, "purity"),
+    "zeros for bad input": ("cooker", "cook_zeros_on_bad_input", {"encoding": "preencoded"}, "bad_input"),
+    "error without the key": ("cooker", "cook_error_without_key", {"encoding": "preencoded"}, "bad_input"),
+    "skips bad samples silently": (
+        "cooker",
+        "cook_skips_bad_samples",
+        {"encoding": "preencoded"},
+        "bad_input",
+    ),
+    "torch.load weights_only=False": (
+        "cooker",
+        "cook_unsafe_torch_load",
+        {"encoding": "preencoded"},
+        "bad_input",
+    ),
+    "Energon's default decoder": ("task_encoder", "DefaultDecoderTaskEncoder", {}, "bad_input"),
+    "torch.cat batch": ("task_encoder", "ConcatBatchTaskEncoder", {}, "batch"),
+    "reversed batch": ("task_encoder", "ReversedBatchTaskEncoder", {}, "batch"),
+    "drops a sample": ("task_encoder", "DropsLastTaskEncoder", {}, "batch"),
+    "bare torch.stack error": ("task_encoder", "BareStackTaskEncoder", {}, "batch"),
+    "pads mismatched shapes silently": ("task_encoder", "PadsSilentlyTaskEncoder", {}, "batch"),
+    "unseeded augmentation": ("task_encoder", "UnseededAugmentationTaskEncoder", {}, "resume"),
+}

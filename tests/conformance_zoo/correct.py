@@ -1,0 +1,183 @@
+"""Correct cookers and TaskEncoders in different styles; the conformance suite must pass all of them."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, edataclass, stateless
+
+from primus_energon import batch_preencoded, decode_text, load_tensor
+from primus_energon.decoding import SafeSampleDecoder
+from primus_energon.errors import MissingMemberError, PayloadDecodeError
+
+MEMBERS = {
+    "latents": "latents.pth",
+    "prompt_embeds": "prompt_embeds.pth",
+    "pooled_prompt_embeds": "pooled_prompt_embeds.pth",
+}
+
+
+def _bytes_tensor(sample: dict, member: str) -> torch.Tensor:
+    if member not in sample:
+        raise ValueError(f"sample {sample['__key__']!r}: missing member {member!r}")
+    value = sample[member]
+    if not isinstance(value, bytes):
+        raise TypeError(f"sample {sample['__key__']!r}: member {member!r} is a {type(value).__name__}")
+    try:
+        tensor = torch.load(io.BytesIO(value), map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ValueError(
+            f"sample {sample['__key__']!r}: member {member!r} is not a tensor file: {error}"
+        ) from None
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"sample {sample['__key__']!r}: member {member!r} is not a tensor")
+    return tensor
+
+
+@stateless
+def cook_dict_output(sample: dict) -> dict[str, Any]:
+    """Dict output, bytes input, its own strict loading."""
+    caption = sample.get("caption.txt", b"")
+    if not isinstance(caption, bytes):
+        raise TypeError(f"sample {sample['__key__']!r}: caption is a {type(caption).__name__}")
+    try:
+        text = caption.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"sample {sample['__key__']!r}: caption is not UTF-8") from error
+    return {
+        **basic_sample_keys(sample),
+        **{f: _bytes_tensor(sample, m) for f, m in MEMBERS.items()},
+        "caption": text,
+    }
+
+
+@edataclass
+class Latents(Sample):
+    latents: torch.Tensor
+    prompt_embeds: torch.Tensor
+    pooled_prompt_embeds: torch.Tensor
+    caption: str = ""
+
+
+@stateless
+def _cook_dataclass(sample: dict) -> Latents:
+    tensors = {
+        f: load_tensor(sample.get(m), sample, m) if m in sample else _missing(sample, m)
+        for f, m in MEMBERS.items()
+    }
+    caption = sample.get("caption.txt")
+    return Latents(
+        **basic_sample_keys(sample),
+        **tensors,
+        caption="" if caption is None else decode_text(caption, sample, "caption.txt"),
+    )
+
+
+def _missing(sample: dict, member: str) -> Any:
+    raise MissingMemberError(f"missing member {member!r}", sample, member=member)
+
+
+#: A Cooker object (dataclass output) with has_subflavors.
+DATACLASS_COOKER = Cooker(_cook_dataclass, has_subflavors={"encoding": "preencoded"})
+
+
+@stateless
+def cook_decoded_input(sample: dict) -> dict[str, Any]:
+    """Expects members already decoded (tensors, str) by a safe decoder; run with input_form='decoded'."""
+    out = dict(basic_sample_keys(sample))
+    for field, member in MEMBERS.items():
+        value = sample.get(member)
+        if not isinstance(value, torch.Tensor):
+            raise PayloadDecodeError(
+                f"member {member!r} is a {type(value).__name__}, expected a decoded tensor",
+                sample,
+                member=member,
+            )
+        out[field] = value
+    caption = sample.get("caption.txt", "")
+    if not isinstance(caption, str):
+        raise PayloadDecodeError("caption.txt is not decoded text", sample, member="caption.txt")
+    out["caption"] = caption
+    return out
+
+
+@edataclass
+class Augmented(Sample):
+    latents: torch.Tensor
+    prompt_embeds: torch.Tensor
+    pooled_prompt_embeds: torch.Tensor
+    caption: str
+    noise: torch.Tensor
+
+
+class BoundMethodTaskEncoder(DefaultTaskEncoder):
+    """A bound-method cooker registered in __init__, and random augmentation that resumes exactly
+    (@stateless(restore_seeds=True) seeds the RNG from the worker seed and sample index)."""
+
+    decoder = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cookers = [Cooker(self.cook, has_subflavors={"encoding": "preencoded"})]
+
+    @stateless(restore_seeds=True)
+    def cook(self, sample: dict) -> Latents:
+        return _cook_dataclass(sample)
+
+    @stateless(restore_seeds=True)
+    def encode_sample(self, sample: Latents) -> Augmented:
+        return Augmented.derive_from(
+            sample,
+            latents=sample.latents,
+            prompt_embeds=sample.prompt_embeds,
+            pooled_prompt_embeds=sample.pooled_prompt_embeds,
+            caption=sample.caption,
+            noise=torch.rand(4),
+        )
+
+    @stateless
+    def batch(self, samples: list[Augmented]) -> dict[str, Any]:
+        out = batch_preencoded(samples)
+        out["noise"] = torch.stack([s.noise for s in samples])
+        return out
+
+
+class SafeDecoderTaskEncoder(DefaultTaskEncoder):
+    """Decoded-input cooker behind primus_energon's SafeSampleDecoder; Energon's default batching."""
+
+    decoder = SafeSampleDecoder()
+    cookers = [Cooker(cook_decoded_input, has_subflavors={"encoding": "preencoded"})]
+
+    @stateless
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return batch_preencoded([_as_sample(s) for s in samples])
+
+
+def _as_sample(sample: dict[str, Any]) -> Latents:
+    return Latents(
+        **{k: sample[k] for k in ("__key__", "__restore_key__", "__subflavors__", "__sources__")},
+        latents=sample["latents"],
+        prompt_embeds=sample["prompt_embeds"],
+        pooled_prompt_embeds=sample["pooled_prompt_embeds"],
+        caption=sample["caption"],
+    )
+
+
+#: name -> (kind, spec, options for check_cooker/check_task_encoder)
+CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
+    "dict-output cooker": (
+        "cooker",
+        "tests.conformance_zoo.correct:cook_dict_output",
+        {"encoding": "preencoded"},
+    ),
+    "dataclass Cooker": ("cooker", "tests.conformance_zoo.correct:DATACLASS_COOKER", {}),
+    "decoded-input cooker": (
+        "cooker",
+        "tests.conformance_zoo.correct:cook_decoded_input",
+        {"encoding": "preencoded", "input_form": "decoded"},
+    ),
+    "bound-method TaskEncoder": ("task_encoder", "tests.conformance_zoo.correct:BoundMethodTaskEncoder", {}),
+    "safe-decoder TaskEncoder": ("task_encoder", "tests.conformance_zoo.correct:SafeDecoderTaskEncoder", {}),
+}
