@@ -1,4 +1,4 @@
-# Two commands on a fresh machine:  `make demo` (the main job)  and  `make test` (the test suite).
+# Two commands on a fresh machine:  `make conformance` (the main job)  and  `make test` (the test suite).
 # Both build .venv on first use: torch pinned to the CPU build (constraints/test.txt), then this project.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 REPORTS ?= reports
 
-.PHONY: venv demo test lint clean
+.PHONY: venv conformance demo test lint clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,12 @@ $(STAMP): pyproject.toml constraints/test.txt
 	$(PIP) install -q -c constraints/test.txt -e '.[dev]'
 	touch $(STAMP)
 
-## The main job: an end-to-end run on an embedded default dataset.
+## The main job: the conformance suite on every reference cooker and TaskEncoder (nox -s conformance),
+## on data it generates; report in reports/conformance/. ARGS are passed on: make conformance ARGS="--cooker m:f"
+conformance: $(STAMP)
+	$(BIN)/nox -s conformance -- $(ARGS)
+
+## End-to-end demo of the reference data path on generated data.
 demo: $(STAMP)
 	$(BIN)/primus-energon demo
 

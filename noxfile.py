@@ -10,6 +10,15 @@ from __future__ import annotations
 import nox
 
 nox.options.sessions = ["lint", "tests"]
+
+#: The reference targets `nox -s conformance` checks when it is given no target of its own.
+REFERENCE_TARGETS = (
+    "--cooker=primus_energon:PREENCODED_COOKER",
+    "--cooker=primus_energon:RAW_COOKER",
+    "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+    "--task-encoder=primus_energon:RawDiffusionTaskEncoder",
+    "--task-encoder=primus_energon:MultiFormatTaskEncoder",
+)
 nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints/test.txt")
@@ -18,6 +27,18 @@ CONSTRAINTS = ("-c", "constraints/test.txt")
 def _install(session: nox.Session, extras: str = "test") -> None:
     session.install(*CONSTRAINTS, "torch")
     session.install(*CONSTRAINTS, "-e", f".[{extras}]")
+
+
+@nox.session(python="3.11")
+def conformance(session: nox.Session) -> None:
+    """Check the reference targets, or the targets given after `--`; report in reports/conformance/."""
+    _install(session)
+    own_targets = any(a.startswith(("--cooker", "--task-encoder")) for a in session.posargs)
+    targets = () if own_targets else REFERENCE_TARGETS
+    session.run(
+        "pytest", "-n", "2", "-p", "no:cacheprovider", "--conformance-report=reports/conformance",
+        *targets, *session.posargs,
+    )
 
 
 @nox.session(python="3.11")
