@@ -1,0 +1,65 @@
+"""Deterministic generator of Megatron-Energon-ready CrudeWebdataset shards for diffusion training data.
+
+Example::
+
+    from synthetic import generate_dataset, write_metadataset
+
+    m = generate_dataset("data/pre", num_samples=32, shard_size=8, seed=1,
+                         shapes={"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)},
+                         faults=["missing-member:2", "malicious-pickle"])
+    m.keys()                      # sample keys; m.faults says which were damaged and how
+    write_metadataset("data/mix.yaml", [("data/pre", 0.7, {"source": "a"}), ("data/raw", 0.3)])
+
+The same is available on the command line as ``primus-synth`` / ``python -m synthetic``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import SyntheticError
+from .faults import FAULT_KINDS
+from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
+from .metadataset import write_metadataset
+from .schema import (
+    BytesSpec,
+    ImageSpec,
+    JsonSpec,
+    Schema,
+    TensorSpec,
+    TextSpec,
+    builtin_schema,
+    load_schema,
+)
+
+__all__ = [
+    "FAULT_KINDS",
+    "BytesSpec",
+    "FaultRecord",
+    "ImageSpec",
+    "JsonSpec",
+    "Manifest",
+    "MemberRecord",
+    "SampleRecord",
+    "Schema",
+    "ShardRecord",
+    "SyntheticError",
+    "TensorSpec",
+    "TextSpec",
+    "builtin_schema",
+    "generate_dataset",
+    "load_schema",
+    "write_metadataset",
+]
+
+if TYPE_CHECKING:
+    from .generate import generate_dataset
+
+
+def __getattr__(name: str) -> Any:
+    # generate_dataset pulls in torch and Energon; loading it on first use keeps `primus-synth --help` fast.
+    if name == "generate_dataset":
+        from .generate import generate_dataset
+
+        return generate_dataset
+    raise AttributeError(f"module 'synthetic' has no attribute {name!r}")

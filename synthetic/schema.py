@@ -1,0 +1,453 @@
+"""What a sample contains: member names mapped to member specs, plus the dataset's encoding subflavor.
+
+A `Schema` is the single description the generator works from. The built-in encodings (`preencoded`, `raw`)
+are schemas too (`builtin_schema`), and a custom format is one YAML or JSON file (`load_schema`)::
+
+    encoding: custom_v2
+    members:
+      vae_output.pth: {kind: tensor, shape: [16, 8, 8], dtype: bfloat16, bucketed: true}
+      text_embed.pth: {kind: tensor, shape: [77, 64]}
+      clip_embed.pth: {kind: tensor, shape: [768]}
+      caption.txt: {kind: text}
+
+Member names are the tar member suffix exactly as Energon's crude sample dict keys them (``"latents.pth"``,
+``"jpg"``). `kind` may be left out when the extension says it (``.pth``/``.pt`` tensor, ``.txt`` text,
+``.json`` json, ``jpg``/``jpeg``/``png``/``webp`` image, anything else bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from os import PathLike
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import yaml
+
+from .errors import SyntheticError
+
+__all__ = [
+    "BUILTIN_ENCODINGS",
+    "DEFAULT_BUCKETS",
+    "FLOAT_DTYPES",
+    "IMAGE_FORMATS",
+    "TENSOR_DTYPES",
+    "BytesSpec",
+    "ImageSpec",
+    "JsonSpec",
+    "MemberSpec",
+    "Schema",
+    "TensorSpec",
+    "TextSpec",
+    "builtin_schema",
+    "load_schema",
+]
+
+FLOAT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
+TENSOR_DTYPES: tuple[str, ...] = FLOAT_DTYPES + ("int64", "int32", "int16", "int8", "uint8", "bool")
+#: member extension -> Pillow format name
+IMAGE_FORMATS: Mapping[str, str] = MappingProxyType(
+    {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
+)
+#: (height scale, width scale) per resolution bucket; bucket 0 is the schema's own size
+DEFAULT_BUCKETS: tuple[tuple[float, float], ...] = (
+    (1.0, 1.0),
+    (0.75, 1.25),
+    (1.25, 0.75),
+    (0.5, 1.5),
+    (1.5, 0.5),
+)
+BUILTIN_ENCODINGS: tuple[str, ...] = ("preencoded", "raw")
+
+# A member name becomes the part after `<key>.` in the tar; Energon skips names matching `__...__`.
+_MEMBER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENCODING_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor written with ``torch.save``. `bucketed`: its last two dims follow the sample's resolution bucket."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    bucketed: bool = False
+    kind: ClassVar[str] = "tensor"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "bucketed": self.bucketed}
+
+
+@dataclass(frozen=True)
+class TextSpec:
+    """UTF-8 caption text. Odd-indexed samples get non-ASCII words, every `long_every`-th one a long caption."""
+
+    min_words: int = 4
+    max_words: int = 24
+    non_ascii: bool = True
+    long_every: int = 8
+    long_words: int = 300
+    kind: ClassVar[str] = "text"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "min_words": self.min_words,
+            "max_words": self.max_words,
+            "non_ascii": self.non_ascii,
+            "long_every": self.long_every,
+            "long_words": self.long_words,
+        }
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """An RGB image encoded by Pillow. `size` is (height, width); `format` comes from the member extension."""
+
+    size: tuple[int, int] = (32, 32)
+    format: str = "jpeg"
+    quality: int = 90
+    kind: ClassVar[str] = "image"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", tuple(self.size))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "size": list(self.size), "format": self.format, "quality": self.quality}
+
+
+@dataclass(frozen=True)
+class JsonSpec:
+    """A small UTF-8 JSON metadata object (key, index, size, score, tags)."""
+
+    kind: ClassVar[str] = "json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+@dataclass(frozen=True)
+class BytesSpec:
+    """`size` random bytes."""
+
+    size: int = 64
+    kind: ClassVar[str] = "bytes"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "size": self.size}
+
+
+MemberSpec = TensorSpec | TextSpec | ImageSpec | JsonSpec | BytesSpec
+_SPEC_TYPES: Mapping[str, type] = MappingProxyType(
+    {cls.kind: cls for cls in (TensorSpec, TextSpec, ImageSpec, JsonSpec, BytesSpec)}
+)
+
+
+def member_stem(name: str) -> str:
+    """``"latents.pth"`` -> ``"latents"``; ``"jpg"`` -> ``"jpg"``."""
+    return name.split(".", 1)[0]
+
+
+def member_extension(name: str) -> str:
+    """``"latents.pth"`` -> ``"pth"``; ``"jpg"`` -> ``"jpg"``."""
+    return name.rsplit(".", 1)[-1].lower()
+
+
+def _kind_from_name(name: str) -> str:
+    ext = member_extension(name)
+    if ext in ("pth", "pt"):
+        return "tensor"
+    if ext == "txt":
+        return "text"
+    if ext == "json":
+        return "json"
+    if ext in IMAGE_FORMATS:
+        return "image"
+    return "bytes"
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The members of every sample (in tar order) and the dataset's subflavors.
+
+    `subflavors` are extra entries for ``dataset.yaml``; ``encoding`` is always set from `encoding`.
+    """
+
+    encoding: str
+    members: Mapping[str, MemberSpec]
+    subflavors: Mapping[str, Any] = field(default_factory=dict)
+    buckets: tuple[tuple[float, float], ...] = DEFAULT_BUCKETS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", MappingProxyType(dict(self.members)))
+        object.__setattr__(self, "subflavors", MappingProxyType(dict(self.subflavors)))
+        object.__setattr__(self, "buckets", tuple((float(h), float(w)) for h, w in self.buckets))
+        _validate_schema(self, "schema")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # MappingProxyType does not pickle; worker processes and ranks get the schema through its dict form.
+        return (_schema_from_dict, (self.to_dict(), "schema"))
+
+    @property
+    def dataset_subflavors(self) -> dict[str, Any]:
+        """The ``subflavors`` written to ``dataset.yaml``: `subflavors` plus ``encoding``."""
+        return {**self.subflavors, "encoding": self.encoding}
+
+    def names(self, kind: str | None = None) -> list[str]:
+        """Member names in tar order, optionally only those of one `kind`."""
+        return [n for n, s in self.members.items() if kind is None or s.kind == kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The schema-file form (round-trips through `Schema.from_dict`)."""
+        out: dict[str, Any] = {"encoding": self.encoding}
+        if self.subflavors:
+            out["subflavors"] = dict(self.subflavors)
+        if self.buckets != DEFAULT_BUCKETS:
+            out["buckets"] = [list(b) for b in self.buckets]
+        out["members"] = {name: spec.to_dict() for name, spec in self.members.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "schema") -> Schema:
+        """Build a schema from its file form; errors name `source` and the offending member."""
+        return _schema_from_dict(data, source)
+
+    def with_overrides(
+        self,
+        *,
+        dtype: str | None = None,
+        shapes: Mapping[str, Any] | None = None,
+        image_size: tuple[int, int] | None = None,
+    ) -> Schema:
+        """A copy where every floating tensor has `dtype`, tensors named in `shapes` (by full name or stem) have
+        that shape, and every image has `image_size` (height, width)."""
+        members = dict(self.members)
+        if dtype is not None:
+            if dtype not in FLOAT_DTYPES:
+                raise SyntheticError(
+                    f"dtype {dtype!r} is not supported; use one of {', '.join(FLOAT_DTYPES)}"
+                )
+            for name, spec in members.items():
+                if isinstance(spec, TensorSpec) and spec.dtype in FLOAT_DTYPES:
+                    members[name] = replace(spec, dtype=dtype)
+        for want, shape in (shapes or {}).items():
+            hits = [n for n in members if n == want] or [n for n in members if member_stem(n) == want]
+            if not hits:
+                raise SyntheticError(
+                    f"shapes names {want!r}, which is not a member of the {self.encoding!r} schema; "
+                    f"members are {', '.join(members)}"
+                )
+            for name in hits:
+                spec = members[name]
+                if not isinstance(spec, TensorSpec):
+                    raise SyntheticError(
+                        f"shapes names {name!r}, which is a {spec.kind} member, not a tensor"
+                    )
+                members[name] = replace(spec, shape=_check_shape(shape, f"shapes[{want!r}]"))
+        if image_size is not None:
+            size = _check_shape(image_size, "image_size")
+            if len(size) != 2:
+                raise SyntheticError(f"image_size must be (height, width), got {image_size!r}")
+            for name, spec in members.items():
+                if isinstance(spec, ImageSpec):
+                    members[name] = replace(spec, size=size)
+        return replace(self, members=members)
+
+
+def _check_shape(shape: Any, where: str) -> tuple[int, ...]:
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise SyntheticError(f"{where} must be a list of positive integers, got {shape!r}")
+    dims = list(shape)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise SyntheticError(f"{where} must be a list of positive integers, got {dims!r}")
+    return tuple(dims)
+
+
+def _validate_schema(schema: Schema, source: str) -> None:
+    if not isinstance(schema.encoding, str) or not _ENCODING_RE.match(schema.encoding):
+        raise SyntheticError(
+            f"{source}: encoding must be a non-empty name of letters, digits, '_', '-', '.', got {schema.encoding!r}"
+        )
+    if not schema.members:
+        raise SyntheticError(f"{source}: a schema needs at least one member")
+    for name, spec in schema.members.items():
+        where = f"{source}: member {name!r}"
+        if not isinstance(name, str) or not _MEMBER_NAME_RE.match(name) or name.endswith("__"):
+            raise SyntheticError(
+                f"{where}: a member name is the tar suffix after '<key>.' (e.g. 'latents.pth', 'jpg') and may "
+                "contain only letters, digits, '_', '-', '.'"
+            )
+        if not isinstance(spec, tuple(_SPEC_TYPES.values())):
+            raise SyntheticError(
+                f"{where}: spec must be a TensorSpec, TextSpec, ImageSpec, JsonSpec or BytesSpec"
+            )
+        if isinstance(spec, TensorSpec):
+            _check_shape(spec.shape, f"{where}: shape")
+            if spec.dtype not in TENSOR_DTYPES:
+                raise SyntheticError(
+                    f"{where}: dtype {spec.dtype!r} is not one of {', '.join(TENSOR_DTYPES)}"
+                )
+            if spec.bucketed and len(spec.shape) < 2:
+                raise SyntheticError(
+                    f"{where}: a bucketed tensor needs at least 2 dims, got {list(spec.shape)}"
+                )
+        elif isinstance(spec, TextSpec):
+            if not (1 <= spec.min_words <= spec.max_words):
+                raise SyntheticError(f"{where}: need 1 <= min_words <= max_words")
+            if spec.long_every < 0 or spec.long_words < 1:
+                raise SyntheticError(f"{where}: long_every must be >= 0 (0 disables) and long_words >= 1")
+        elif isinstance(spec, ImageSpec):
+            size = _check_shape(spec.size, f"{where}: size")
+            if len(size) != 2:
+                raise SyntheticError(f"{where}: size must be [height, width], got {list(size)}")
+            if spec.format not in ("jpeg", "png", "webp"):
+                raise SyntheticError(f"{where}: image format must be jpeg, png or webp, got {spec.format!r}")
+            if not (1 <= spec.quality <= 100):
+                raise SyntheticError(f"{where}: quality must be in 1..100")
+        elif isinstance(spec, BytesSpec) and (not isinstance(spec.size, int) or spec.size < 1):
+            raise SyntheticError(f"{where}: size must be a positive integer")
+    if "encoding" in schema.subflavors:
+        raise SyntheticError(f"{source}: put the encoding in 'encoding', not in 'subflavors'")
+    if not schema.buckets or not all(h > 0 and w > 0 for h, w in schema.buckets):
+        raise SyntheticError(
+            f"{source}: buckets must be a non-empty list of positive [height_scale, width_scale]"
+        )
+
+
+_SPEC_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "tensor": ("shape", "dtype", "bucketed"),
+        "text": ("min_words", "max_words", "non_ascii", "long_every", "long_words"),
+        "image": ("size", "format", "quality"),
+        "json": (),
+        "bytes": ("size",),
+    }
+)
+
+
+def _schema_from_dict(data: Any, source: str) -> Schema:
+    if not isinstance(data, Mapping):
+        raise SyntheticError(
+            f"{source}: a schema is a mapping with 'encoding' and 'members', got {type(data).__name__}"
+        )
+    unknown = set(data) - {"encoding", "members", "subflavors", "buckets"}
+    if unknown:
+        raise SyntheticError(
+            f"{source}: unknown top-level field(s) {sorted(unknown)}; allowed: encoding, members, subflavors, buckets"
+        )
+    if "encoding" not in data or "members" not in data:
+        raise SyntheticError(f"{source}: a schema needs 'encoding' (the subflavor) and 'members'")
+    raw_members = data["members"]
+    if not isinstance(raw_members, Mapping):
+        raise SyntheticError(f"{source}: 'members' must map member names to specs")
+    members: dict[str, MemberSpec] = {}
+    for name, raw in raw_members.items():
+        where = f"{source}: member {name!r}"
+        raw = {} if raw is None else raw
+        if not isinstance(raw, Mapping):
+            raise SyntheticError(f"{where}: spec must be a mapping like {{kind: tensor, shape: [4, 8]}}")
+        kind = raw.get("kind") or _kind_from_name(str(name))
+        if kind not in _SPEC_FIELDS:
+            raise SyntheticError(f"{where}: kind {kind!r} is not one of {', '.join(_SPEC_FIELDS)}")
+        extra = set(raw) - {"kind", *_SPEC_FIELDS[kind]}
+        if extra:
+            raise SyntheticError(
+                f"{where}: unknown field(s) {sorted(extra)} for kind {kind}; allowed: {', '.join(_SPEC_FIELDS[kind])}"
+            )
+        kwargs = {k: v for k, v in raw.items() if k != "kind"}
+        if kind == "tensor":
+            if "shape" not in kwargs:
+                raise SyntheticError(f"{where}: a tensor member needs 'shape', e.g. shape: [16, 8, 8]")
+            kwargs["shape"] = _check_shape(kwargs["shape"], f"{where}: shape")
+        if kind == "image":
+            ext = member_extension(str(name))
+            fmt = kwargs.get("format") or (IMAGE_FORMATS.get(ext, "JPEG").lower())
+            kwargs["format"] = {"jpg": "jpeg"}.get(str(fmt).lower(), str(fmt).lower())
+            if "size" in kwargs:
+                kwargs["size"] = _check_shape(kwargs["size"], f"{where}: size")
+        try:
+            members[str(name)] = _SPEC_TYPES[kind](**kwargs)
+        except TypeError as exc:  # pragma: no cover - fields are checked above
+            raise SyntheticError(f"{where}: {exc}") from None
+    subflavors = data.get("subflavors") or {}
+    if not isinstance(subflavors, Mapping):
+        raise SyntheticError(f"{source}: 'subflavors' must be a mapping")
+    buckets = data.get("buckets", DEFAULT_BUCKETS)
+    try:
+        buckets = tuple((float(h), float(w)) for h, w in buckets)
+    except (TypeError, ValueError):
+        raise SyntheticError(
+            f"{source}: buckets must be a list of [height_scale, width_scale] pairs"
+        ) from None
+    try:
+        return Schema(encoding=data["encoding"], members=members, subflavors=subflavors, buckets=buckets)
+    except SyntheticError as exc:
+        raise SyntheticError(str(exc).replace("schema:", f"{source}:", 1)) from None
+
+
+def load_schema(path: str | PathLike[str]) -> Schema:
+    """Read a schema from a YAML (``.yaml``/``.yml``) or JSON (``.json``) file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SyntheticError(f"schema file {str(p)!r} does not exist") from None
+    except OSError as exc:
+        raise SyntheticError(f"cannot read schema file {str(p)!r}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SyntheticError(
+            f"schema file {str(p)!r} is not valid {p.suffix.lstrip('.') or 'YAML'}: {first}"
+        ) from None
+    return _schema_from_dict(data, f"schema file {str(p)!r}")
+
+
+def builtin_schema(
+    encoding: str,
+    *,
+    dtype: str | None = None,
+    shapes: Mapping[str, Any] | None = None,
+    image_format: str = "jpg",
+    image_size: tuple[int, int] | None = None,
+) -> Schema:
+    """The schema of a built-in encoding.
+
+    ``preencoded`` (the integration guide's layout, a 256x256 image): ``latents.pth`` float32 ``[64, 32, 32]``
+    (``[64, H/8, W/8]``, bucketed), ``prompt_embeds.pth`` ``[77, 4096]``, ``pooled_prompt_embeds.pth`` ``[768]``,
+    ``caption.txt``. ``raw``: one image member named `image_format` (``jpg``, ``jpeg``, ``png``, ``webp``;
+    default 32x32) and ``txt``.
+    """
+    if encoding == "preencoded":
+        schema = Schema(
+            encoding="preencoded",
+            members={
+                "latents.pth": TensorSpec((64, 32, 32), "float32", bucketed=True),
+                "prompt_embeds.pth": TensorSpec((77, 4096), "float32"),
+                "pooled_prompt_embeds.pth": TensorSpec((768,), "float32"),
+                "caption.txt": TextSpec(),
+            },
+        )
+    elif encoding == "raw":
+        if image_format not in IMAGE_FORMATS:
+            raise SyntheticError(
+                f"image_format {image_format!r} is not supported; use one of {', '.join(IMAGE_FORMATS)}"
+            )
+        fmt = IMAGE_FORMATS[image_format].lower()
+        schema = Schema(
+            encoding="raw",
+            members={image_format: ImageSpec((32, 32), fmt), "txt": TextSpec()},
+        )
+    else:
+        raise SyntheticError(
+            f"encoding {encoding!r} is not built in; use one of {', '.join(BUILTIN_ENCODINGS)} "
+            "or describe your format in a schema file (--schema FILE)"
+        )
+    return schema.with_overrides(dtype=dtype, shapes=shapes, image_size=image_size)
