@@ -19,7 +19,8 @@ narrowed slice) is saved as the whole storage plus the view's offset, size and s
 weights_only=True)`` returns for such a file: same dtype, size, stride, storage offset, storage bytes and
 values; the one deliberate difference is ``requires_grad``, always False (data never tracks gradients).
 It parses the zip directory itself and interprets ``data.pkl`` with a small allow-list interpreter of the
-opcodes that pickle protocols 2 to 5 use for one tensor. Every other payload raises
+opcodes that pickle protocols 2 and 3 use for one tensor (``torch.load(weights_only=True)`` reads no
+other protocol; torch.save writes 2 unless told otherwise). Every other payload raises
 :class:`TensorFileError`: another pickled object, several tensors, a Parameter or tensor subclass, a
 sparse, quantized, nested, conjugated or negated-view tensor, a legacy (pre-zip) file, a big-endian file,
 anything malformed. ``fallback=True`` retries the refusals that may still be one legitimate plain tensor
@@ -30,9 +31,13 @@ weights_only=True)`` and accepts only a plain dense CPU tensor from it.
 markers for the few globals on its allow-list, calls nothing, and a global outside it stops the parse.
 Every offset and length read from the archive is checked against the payload before it is used, the
 view (offset, size, stride) must lie inside the storage and the storage entry must hold exactly the
-bytes the pickle declares, so no header can cause an out-of-bounds read; the only allocation is the copy
-of the storage entry, which is never larger than the payload. The fallback is ``weights_only`` loading,
-nothing else.
+bytes the pickle declares, so no header can cause an out-of-bounds read. The only allocation that grows
+with the payload is the copy of the storage entry (``copy=True``), never larger than the payload, and
+the storage is not resizable, so not even torch's ``set_`` can grow it to fit a hostile view. The
+fallback is ``weights_only`` loading, nothing else.
+
+Where torch.load itself refuses a payload (a corrupt zip record, a version it cannot parse, an integer
+tensor that requires grad, ...), so does :func:`read_tensor`: the tests fuzz it against torch.load.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import pickletools
 import struct
 import sys
 import warnings
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import torch
@@ -75,10 +80,11 @@ _END = struct.Struct("<4sHHHHIIH")  # end of central directory record, 22 bytes
 _LOCATOR = struct.Struct("<4sIQI")  # zip64 end of central directory locator, 20 bytes
 _END64 = struct.Struct("<4sQHHIIQQQQ")  # zip64 end of central directory record, 56 bytes
 # Central directory file header, 46 bytes: magic, flags, method, sizes (stored, raw), lengths of the name,
-# extra field and comment, disk number, local header offset (the fields it skips are not needed).
-_CENTRAL = struct.Struct("<4s4xHH8xIIHHHH6xI")
+# extra field and comment, disk number, external attributes, local header offset (the rest is not needed).
+_CENTRAL = struct.Struct("<4s4xHH8xIIHHHH2xII")
 _LOCAL = struct.Struct("<4s22xHH")  # local file header, 30 bytes: magic, name length, extra field length
 _ALLOWED_FLAGS = 0x0808  # bit 3: sizes in a trailing data descriptor; bit 11: UTF-8 names
+_DOS_DIRECTORY = 0x10  # an external attribute bit: torch's reader cannot read such an entry
 _U16_MAX, _U32_MAX = 0xFFFF, 0xFFFFFFFF  # zip64 markers
 # What a legacy torch.save file starts with: the pickled magic number 0x1950A86A20F9469CFC6C, protocol 2.
 _LEGACY_MAGIC = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19."
@@ -93,25 +99,13 @@ def _show(name: bytes | str) -> str:
 
 class _Archive(NamedTuple):
     view: memoryview
-    entries: dict[bytes, tuple[int, int]]  # full name -> (local header offset, size)
-    data_end: int  # where the central directory starts; every entry lies below it
+    entries: dict[bytes, tuple[int, int]]  # full name -> (start, size) of its bytes in view
     folder: bytes  # torch's archive folder with its slash, e.g. b"archive/"
 
     def record(self, name: bytes) -> memoryview | None:
         """The bytes of ``folder + name`` (a zero-copy slice), or None if the archive has no such entry."""
         found = self.entries.get(self.folder + name)
-        if found is None:
-            return None
-        offset, size = found
-        magic, name_len, extra_len = _LOCAL.unpack_from(self.view, offset)
-        start = offset + _LOCAL.size + name_len + extra_len
-        if (
-            magic != _LOCAL_MAGIC
-            or self.view[offset + _LOCAL.size : offset + _LOCAL.size + name_len] != self.folder + name
-            or start + size > self.data_end
-        ):
-            raise TensorFileError(f"zip entry {_show(self.folder + name)} has a malformed local header")
-        return self.view[start : start + size]
+        return None if found is None else self.view[found[0] : found[0] + found[1]]
 
 
 def _directory_bounds(view: memoryview) -> tuple[int, int, int]:
@@ -167,7 +161,7 @@ def _open_archive(view: memoryview) -> _Archive:
     for _ in range(total):
         if pos + header > limit:
             raise TensorFileError("the zip central directory is truncated")
-        magic, flags, method, size, raw_size, name_len, extra_len, comment_len, disk, offset = (
+        magic, flags, method, size, raw_size, name_len, extra_len, comment_len, disk, attributes, offset = (
             _CENTRAL.unpack_from(directory, pos)
         )
         name = directory[pos + header : pos + header + name_len]
@@ -179,6 +173,7 @@ def _open_archive(view: memoryview) -> _Archive:
             or flags & ~_ALLOWED_FLAGS
             or size != raw_size
             or disk
+            or attributes & _DOS_DIRECTORY
             or offset + _LOCAL.size + size > cd_start
         ):
             if magic != _CENTRAL_MAGIC or pos > limit:
@@ -187,25 +182,43 @@ def _open_archive(view: memoryview) -> _Archive:
                 raise _Unsupported(f"zip entry {_show(name)} is compressed")
             if _U32_MAX in (size, offset) or disk == _U16_MAX:
                 raise _Unsupported(f"zip entry {_show(name)} needs zip64 fields (over 4 GiB)")
-            raise TensorFileError(f"zip entry {_show(name)} is malformed or encrypted")
-        entries[name] = (offset, size)
+            raise TensorFileError(f"zip entry {_show(name)} is malformed, encrypted or a directory")
+        # torch reads every record of a torch.save archive through its local header, so check them all.
+        local_magic, local_name_len, local_extra_len = _LOCAL.unpack_from(view, offset)
+        start = offset + _LOCAL.size + local_name_len + local_extra_len
+        if (
+            local_magic != _LOCAL_MAGIC
+            or view[offset + _LOCAL.size : offset + _LOCAL.size + local_name_len] != name
+            or start + size > cd_start
+        ):
+            raise TensorFileError(f"zip entry {_show(name)} has a malformed local header")
+        entries[name] = (start, size)
     if pos != limit:
         raise TensorFileError("the zip central directory is malformed")
-    if len({name.lower() for name in entries}) != total:  # torch looks names up case-insensitively
-        raise TensorFileError("the zip archive holds an entry name twice")
     if not entries:
         raise TensorFileError("the zip archive is empty")
-    first = next(iter(entries))  # torch takes its folder from the first entry
-    slash = first.find(b"/")
-    if slash < 0:
-        raise TensorFileError(
-            f"zip entry {_show(first)} is not in a folder, so this is not a torch.save archive"
-        )
-    return _Archive(view, entries, cd_start, first[: slash + 1])
+    first = next(iter(entries))  # torch takes its folder from the first entry ...
+    folder = first[: first.find(b"/") + 1]
+    for name in entries:  # ... requires every name in it, lists them as str and looks them up ignoring case
+        if not folder or not name.startswith(folder) or not name.isascii() and not _is_utf8(name):
+            raise TensorFileError(
+                f"zip entry {_show(name)} is not in a folder of UTF-8 names like torch.save's"
+            )
+    if len({name.lower() for name in entries}) != total:
+        raise TensorFileError("the zip archive holds an entry name twice")
+    return _Archive(view, entries, folder)
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _check_records(archive: _Archive) -> None:
-    """Check the small records that ``torch.load`` checks: TorchScript marker, version, byte order, alignment."""
+    """Check the small records as ``torch.load`` does: TorchScript marker, version, byte order, alignment, id."""
     if archive.folder + b"constants.pkl" in archive.entries:
         raise _Unsupported("a TorchScript archive")
     version = archive.record(b".data/version")
@@ -231,6 +244,9 @@ def _check_records(archive: _Archive) -> None:
             int(bytes(alignment))
         except ValueError:
             raise TensorFileError(f"invalid .storage_alignment record {_show(bytes(alignment))}") from None
+    serialization_id = archive.record(b".data/serialization_id")
+    if serialization_id is not None and not _is_utf8(bytes(serialization_id)):
+        raise TensorFileError("the .data/serialization_id record is not UTF-8")
 
 
 # --- data.pkl ----------------------------------------------------------------------------------------
@@ -295,18 +311,20 @@ _V3_ONLY_DTYPES = (
     "uint16 uint32 uint64 complex32 float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz "
     "float8_e8m0fnu float4_e2m1fn_x2 bits1x8 bits2x4 bits4x2 bits8 bits16"
 ).split()
-_GLOBALS: dict[tuple[str, str], object] = {
-    ("torch._utils", "_rebuild_tensor_v2"): _REBUILD_V2,
-    ("torch._utils", "_rebuild_tensor_v3"): _REBUILD_V3,
-    ("collections", "OrderedDict"): _ORDERED_DICT,
-    ("torch.storage", "UntypedStorage"): _StorageClass("torch.storage.UntypedStorage", None),
-    **{("torch", name): _StorageClass(f"torch.{name}", dtype) for name, dtype in _TYPED_STORAGES.items()},
-    **{("torch", str(dtype)[6:]): dtype for dtype in _TYPED_STORAGES.values()},
-    **{("torch", name): getattr(torch, name) for name in _V3_ONLY_DTYPES if hasattr(torch, name)},
+# The allow-list, keyed by the operand of the GLOBAL opcode: b"module\nname".
+_GLOBALS: dict[bytes, object] = {
+    b"torch._utils\n_rebuild_tensor_v2": _REBUILD_V2,
+    b"torch._utils\n_rebuild_tensor_v3": _REBUILD_V3,
+    b"collections\nOrderedDict": _ORDERED_DICT,
+    b"torch.storage\nUntypedStorage": _StorageClass("torch.storage.UntypedStorage", None),
+    **{
+        f"torch\n{name}".encode(): _StorageClass(f"torch.{name}", dtype)
+        for name, dtype in _TYPED_STORAGES.items()
+    },
+    **{f"torch\n{str(dtype)[6:]}".encode(): dtype for dtype in _TYPED_STORAGES.values()},
+    **{f"torch\n{name}".encode(): getattr(torch, name) for name in _V3_ONLY_DTYPES if hasattr(torch, name)},
 }
-
-_RAW_GLOBALS = {f"{module}\n{name}".encode(): found for (module, name), found in _GLOBALS.items()}
-_UINT16, _INT32, _UINT32, _UINT64 = (struct.Struct(form) for form in ("<H", "<i", "<I", "<Q"))
+_UINT16, _INT32, _UINT32 = (struct.Struct(form) for form in ("<H", "<i", "<I"))
 _MAX_PICKLE = 1 << 14  # one tensor pickles to a few hundred bytes; this also bounds the cache
 _INT64_MAX = (1 << 63) - 1
 
@@ -327,10 +345,10 @@ def _describe(value: object) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
-def _lookup_global(module: str, name: str) -> object:
-    found = _GLOBALS.get((module, name))
-    if found is not None:
-        return found
+def _refuse_global(operand: bytes) -> NoReturn:
+    """Raise for a GLOBAL outside the allow-list: torch's own names may still be one tensor (a Parameter,
+    say), anything else is not a tensor at all."""
+    module, _, name = operand.decode("utf-8", "backslashreplace").partition("\n")
     shown = f"{module}.{name}"
     shown = shown if len(shown) <= 100 else shown[:100] + "..."
     if module == "torch" or module.startswith("torch."):
@@ -356,6 +374,10 @@ def _rebuild(function: _Callable, args: object) -> _Header:
         or hooks is not _NO_HOOKS
     ):
         raise TensorFileError(f"data.pkl calls {function.name} with the wrong arguments")
+    if requires_grad and (v3 or not (dtype.is_floating_point or dtype.is_complex)):  # as torch.load fails
+        raise TensorFileError(
+            f"data.pkl asks a {dtype} tensor to require gradients, which torch.load refuses"
+        )
     return _Header(storage.key, storage.nbytes, dtype, offset, size, stride)
 
 
@@ -381,7 +403,7 @@ def _storage(pid: object) -> _Storage:
 def _parse_pickle(pkl: bytes) -> _Header:
     """Interpret ``data.pkl`` with an allow-list of opcodes and globals; return the one tensor it describes.
 
-    Handles the opcodes pickle protocols 2-5 use for one tensor (named as in :mod:`pickletools`), mirrors
+    Handles the opcodes pickle protocols 2-3 use for one tensor (named as in :mod:`pickletools`), mirrors
     pickle's own rules where they matter (a MARK fences off the stack below it) and is stricter elsewhere
     (nothing may follow STOP, the stack must then hold exactly the tensor). Results are cached: tensors of
     one shape and dtype pickle to the same bytes, so a dataset parses only a few distinct ``data.pkl``.
@@ -407,23 +429,18 @@ def _parse_pickle(pkl: bytes) -> _Header:
             elif op == 0x4B:  # BININT1
                 push(pkl[pos])
                 pos += 1
-            elif op == 0x58 or op == 0x8C:  # BINUNICODE, SHORT_BINUNICODE
-                if op == 0x58:
-                    length = _UINT32.unpack_from(pkl, pos)[0]
-                    pos += 4
-                else:
-                    length = pkl[pos]
-                    pos += 1
+            elif op == 0x58:  # BINUNICODE
+                length = _UINT32.unpack_from(pkl, pos)[0]
+                pos += 4
                 if pos + length > len(pkl):
                     raise IndexError
                 push(pkl[pos : pos + length].decode("utf-8"))
                 pos += length
             elif op == 0x63:  # GLOBAL
                 end = pkl.index(b"\n", pkl.index(b"\n", pos) + 1)
-                found = _RAW_GLOBALS.get(pkl[pos:end])
+                found = _GLOBALS.get(pkl[pos:end])
                 if found is None:
-                    module, _, name = pkl[pos:end].decode("utf-8").partition("\n")
-                    found = _lookup_global(module, name)
+                    _refuse_global(pkl[pos:end])
                 push(found)
                 pos = end + 1
             elif op == 0x28:  # MARK
@@ -472,14 +489,11 @@ def _parse_pickle(pkl: bytes) -> _Header:
                 pos += 1
             elif op == 0x2E:  # STOP
                 break
-            elif op == 0x72 or op == 0x94:  # LONG_BINPUT, MEMOIZE
+            elif op == 0x72:  # LONG_BINPUT
                 if len(stack) <= fence:
                     raise TensorFileError("data.pkl memoizes from an empty stack")
-                if op == 0x72:
-                    memo[_UINT32.unpack_from(pkl, pos)[0]] = stack[-1]
-                    pos += 4
-                else:
-                    memo[len(memo)] = stack[-1]
+                memo[_UINT32.unpack_from(pkl, pos)[0]] = stack[-1]
+                pos += 4
             elif op == 0x68:  # BINGET
                 push(memo[pkl[pos]])
                 pos += 1
@@ -500,15 +514,6 @@ def _parse_pickle(pkl: bytes) -> _Header:
                     raise IndexError
                 push(int.from_bytes(pkl[pos + 1 : pos + 1 + length], "little", signed=True))
                 pos += 1 + length
-            elif op == 0x93:  # STACK_GLOBAL
-                if len(stack) - 2 < fence or type(stack[-1]) is not str or type(stack[-2]) is not str:
-                    raise TensorFileError("data.pkl has a malformed STACK_GLOBAL")
-                name = stack.pop()
-                push(_lookup_global(stack.pop(), name))
-            elif op == 0x95:  # FRAME
-                if pos + 8 + _UINT64.unpack_from(pkl, pos)[0] > len(pkl):
-                    raise IndexError
-                pos += 8
             else:
                 info = pickletools.code2op.get(chr(op))
                 shown = info.name if info else f"0x{op:02x}"
@@ -530,20 +535,21 @@ def _parse_pickle(pkl: bytes) -> _Header:
 
 
 def _check_view(header: _Header, storage_bytes: int) -> None:
-    """Require sizes and strides to be ints in int64 range and the view to lie inside the storage, with the
-    limits torch's ``set_`` enforces (a tensor with no elements may have any offset)."""
+    """Require sizes and strides to be non-negative ints and the view to lie inside the storage, with the
+    limits torch's ``set_`` enforces (a tensor with no elements may have any offset). The interpreter
+    reads no integer wider than int64."""
     size, stride, offset = header.size, header.stride, header.offset
     if len(size) != len(stride):
         raise TensorFileError(f"the tensor has {len(size)} sizes but {len(stride)} strides")
-    if not 0 <= offset <= _INT64_MAX:
-        raise TensorFileError(f"the tensor has an out-of-range storage offset {offset}")
+    if offset < 0:
+        raise TensorFileError(f"the tensor has a negative storage offset {offset}")
     numel = 1
     last = offset  # the element index of the view's last element
     for length, step in zip(size, stride, strict=True):
         if type(length) is not int or type(step) is not int:
             raise TensorFileError("the tensor's size and stride are not tuples of ints")
-        if not (0 <= length <= _INT64_MAX and 0 <= step <= _INT64_MAX):
-            raise TensorFileError(f"the tensor has a negative or out-of-range size {size} or stride {stride}")
+        if length < 0 or step < 0:
+            raise TensorFileError(f"the tensor has a negative size {size} or stride {stride}")
         numel *= length
         if numel > _INT64_MAX:
             raise TensorFileError(f"the tensor's size {size} overflows int64")
@@ -588,11 +594,9 @@ def _read_fast(data: bytes | bytearray | memoryview, copy: bool) -> torch.Tensor
             f"storage {_show(header.key)} holds {len(buffer)} bytes but data.pkl declares {header.nbytes}"
         )
     _check_view(header, len(buffer))
-    if not buffer:
-        raw = torch.empty(0, dtype=torch.uint8)
-    elif copy:
-        raw = torch.empty(len(buffer), dtype=torch.uint8)
-        raw.numpy()[:] = np.frombuffer(buffer, dtype=np.uint8)
+    # Like torch.load's, the storage is not resizable: set_ could otherwise grow it to fit any view.
+    if copy or not buffer:
+        raw = torch.from_numpy(np.frombuffer(buffer, dtype=np.uint8).copy())
     else:
         raw = _share(buffer)
     tensor = torch.empty(0, dtype=header.dtype)
@@ -612,9 +616,10 @@ def _load_with_torch(data: bytes | bytearray | memoryview, refusal: _Unsupported
     if type(loaded) is torch.nn.Parameter:
         loaded = loaded.detach()
     if type(loaded) is not torch.Tensor:
-        raise TensorFileError(f"the payload holds a {type(loaded).__name__}, not a tensor")
-    if loaded.layout != torch.strided or loaded.is_quantized or loaded.is_nested:
-        raise TensorFileError(f"the payload holds a {loaded.layout} tensor, not a plain dense tensor")
+        raise TensorFileError(f"the payload holds {_describe(loaded)}, not a tensor")
+    kind = "nested" if loaded.is_nested else "quantized" if loaded.is_quantized else str(loaded.layout)[6:]
+    if kind != "strided":
+        raise TensorFileError(f"the payload holds a {kind} tensor, not a plain dense tensor")
     return loaded.detach() if loaded.requires_grad else loaded
 
 
