@@ -19,6 +19,7 @@ from .cookers import (
     cook_raw_images,
 )
 from .dataloader import EnergonDataloader, MegatronDataloaderWrapper, cyclic_iter
+from .decoding import SafeSampleDecoder, UnsafeMemberError
 from .errors import (
     BatchError,
     BatchShapeError,
@@ -42,6 +43,7 @@ from .task_encoders import (
     batch_preencoded,
     batch_raw,
 )
+from .tensorfile import TensorFileError, read_tensor
 
 __version__ = "0.1.0"
 
@@ -70,6 +72,10 @@ __all__ = [
     "get_loader",
     "resolve_rank",
     "load_tensor",
+    "read_tensor",
+    "TensorFileError",
+    "SafeSampleDecoder",
+    "UnsafeMemberError",
     "decode_text",
     "load_image",
     "SampleError",

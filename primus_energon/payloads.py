@@ -1,9 +1,10 @@
 """Safe decoding of one member's payload: tensors, captions and images.
 
-Shards are untrusted input. Tensor files are read with ``torch.load(..., weights_only=True)``, which
-refuses any pickled object other than tensors and plain containers; this cannot be switched off by an
-environment variable (torch only lets ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` override call sites that
-leave ``weights_only`` unset). Everything that fails raises a :class:`~primus_energon.errors.SampleError`
+Shards are untrusted input. Tensor files are read by :func:`~primus_energon.tensorfile.read_tensor`,
+which parses ``torch.save``'s format itself and accepts nothing but one plain tensor; the rare legitimate
+layouts it does not parse go to ``torch.load(..., weights_only=True)``, which refuses pickled objects
+other than tensors. Neither can be switched off by an environment variable (torch only lets
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` override call sites that leave ``weights_only`` unset). Everything that fails raises a :class:`~primus_energon.errors.SampleError`
 subclass that names the sample, its shard and the member.
 """
 
@@ -19,6 +20,7 @@ import torch
 from PIL import Image
 
 from .errors import CaptionDecodeError, PayloadDecodeError
+from .tensorfile import TensorFileError, read_tensor
 
 __all__ = ["load_tensor", "decode_text", "load_image", "TensorSource"]
 
@@ -35,8 +37,10 @@ _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
 
 
 def _why_refused(error: BaseException) -> str:
-    """One line on why torch refused a payload, without torch's advice to load it unsafely."""
+    """One line on why a payload was refused, without torch's advice to load it unsafely."""
     text = str(error)
+    if "references" in text and "not a tensor" in text:
+        return f"{text.splitlines()[0]} (refused: loading it would run code)"
     found = _DISALLOWED_GLOBAL.search(text) or _BLOCKED_MODULE.search(text)
     if found:
         return f"it pickles {found.group(1)}, which is not a tensor (refused: loading it would run code)"
@@ -75,24 +79,17 @@ def load_tensor(value: Any, sample: Any, member: str) -> torch.Tensor:
             member=member,
             hint=_SAVE_HINT,
         )
-    data = bytes(value)
     try:
-        loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad bytes
+        # The fast reader accepts only one plain tensor and never unpickles; the few legitimate layouts it
+        # does not parse itself (legacy format, Parameter, ...) go to torch.load(weights_only=True).
+        return read_tensor(value, copy=True, fallback=True)
+    except TensorFileError as error:
         raise PayloadDecodeError(
-            f"member {member!r} ({len(data)} bytes) is not a readable tensor file: {_why_refused(error)}",
+            f"member {member!r} ({len(value)} bytes) is not a readable tensor file: {_why_refused(error)}",
             sample,
             member=member,
             hint=_SAVE_HINT,
-        ) from None  # torch's own message advises weights_only=False; the reason is summarised above
-    if not isinstance(loaded, torch.Tensor):
-        raise PayloadDecodeError(
-            f"member {member!r} holds a {type(loaded).__name__}, not a tensor",
-            sample,
-            member=member,
-            hint=_SAVE_HINT,
-        )
-    return loaded
+        ) from None  # torch's own messages advise weights_only=False; the reason is summarised above
 
 
 def decode_text(value: Any, sample: Any, member: str) -> str:
