@@ -19,6 +19,8 @@ import torch
 import webdataset
 from megatron.energon import SampleDecoder
 
+from .tensorfile import read_tensor
+
 __all__ = ["SafeSampleDecoder", "UnsafeMemberError"]
 
 
@@ -27,10 +29,7 @@ class UnsafeMemberError(ValueError):
 
 
 def _tensor(data: bytes) -> torch.Tensor:
-    value = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"tensor member holds a {type(value).__name__}, not a tensor")
-    return value
+    return read_tensor(data, copy=True, fallback=True)
 
 
 def _refuse(data: bytes) -> Any:
