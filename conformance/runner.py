@@ -7,10 +7,10 @@ Child side (``python -m conformance.runner ...``; the target is rebuilt from its
     python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m conformance.runner \\
         shard --spec M:A --kind task_encoder --dataset DIR [...] --batch-size 3 --out DIR
 
-``determinism`` writes ``{"results": {seed: {dataset: {num_workers: {"batches": [{"digest", "keys",
-"fingerprint"}], "cook_order": [[key, ...] per process]}}}}}`` (``--seed`` is repeatable); ``shard`` (one process per rank, under
-``torch.distributed``) writes ``rank<r>.json`` with ``{"rank", "world_size", "keys": {dataset: [...]},
-"source": {dataset: "batch"|"cooker"}}``.
+``determinism`` (``--seed`` is repeatable) writes ``{"results": {seed: {dataset: {num_workers:
+{"batches": [{"digest", "keys", "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}``;
+``shard`` (one process per rank, under ``torch.distributed``) writes ``rank<r>.json`` with
+``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch"|"cooker"}}``.
 
 Parent side: :func:`child_target_args` (raises ``PropertySkipped`` when the target cannot be rebuilt in
 another process), :func:`child_env`, :func:`start` and :func:`finish` (time-limited, failure with the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import os
 import shlex
@@ -33,6 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from megatron.energon import Cooker, TaskEncoder, stateless
+from megatron.energon.task_encoder.base import get_stateless
 
 from .results import PropertyFailure, PropertySkipped
 from .target import Target, load_object
@@ -48,6 +52,7 @@ __all__ = [
     "finish",
     "stop",
     "cook_order",
+    "record_cooked",
     "main",
 ]
 
@@ -77,6 +82,29 @@ def batch_keys(batch: Any) -> list[str] | None:
         if all(isinstance(k, str) for k in keys):
             return keys
     return None
+
+
+def _recording_after(cook_fn: Any, sink: str) -> Any:
+    @functools.wraps(cook_fn)
+    def record(sample: dict, **aux: Any) -> Any:
+        key = sample.get("__key__")
+        cooked = cook_fn(sample, **aux)
+        with open(sink, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"key": key, "pid": os.getpid()}, default=str) + "\n")
+        return cooked
+
+    return stateless(record) if get_stateless(cook_fn) else record
+
+
+def record_cooked(task_encoder: TaskEncoder, sink: str | os.PathLike) -> TaskEncoder:
+    """Make every cooker of ``task_encoder`` append ``{key, pid}`` to ``sink`` after it returned (unlike
+    :func:`~conformance.execution.instrument`, a sample the cooker skipped or failed is not recorded).
+    Sets ``cookers`` on the given TaskEncoder and returns it."""
+    cookers = list(getattr(task_encoder, "cookers", None) or [])
+    task_encoder.cookers = [
+        Cooker(_recording_after(c.cook, str(sink)), has_subflavors=c.has_subflavors) for c in cookers
+    ]
+    return task_encoder
 
 
 def cook_order(records: Sequence[Mapping[str, Any]], per_process: int | None = None) -> list[list[str]]:
@@ -255,7 +283,7 @@ def _target(options: argparse.Namespace) -> Target:
 
 
 def _determinism(options: argparse.Namespace) -> None:
-    from .execution import build_loader, closing, instrument, read_records
+    from .execution import build_loader, closing, read_records
     from .fingerprint import digest, fingerprint
 
     target = _target(options)
@@ -268,7 +296,7 @@ def _determinism(options: argparse.Namespace) -> None:
                 per_dataset: dict[str, Any] = {}
                 for num_workers in workers:
                     sink = Path(tmp) / f"cooked-{seed}-{d_index}-{num_workers}.jsonl"
-                    task_encoder = instrument(target.make_task_encoder(), sink)
+                    task_encoder = record_cooked(target.make_task_encoder(), sink)
                     loader = build_loader(
                         target,
                         dataset,
@@ -304,7 +332,7 @@ def _determinism(options: argparse.Namespace) -> None:
 def _shard(options: argparse.Namespace) -> None:
     import torch.distributed as dist
 
-    from .execution import build_loader, closing, instrument, read_records
+    from .execution import build_loader, closing, read_records
 
     dist.init_process_group("gloo")
     try:
@@ -315,7 +343,7 @@ def _shard(options: argparse.Namespace) -> None:
         source: dict[str, str] = {}
         for d_index, dataset in enumerate(options.dataset):
             sink = out / f"cooked-rank{rank}-{d_index}.jsonl"
-            task_encoder = instrument(target.make_task_encoder(), sink)
+            task_encoder = record_cooked(target.make_task_encoder(), sink)
             loader = build_loader(
                 target,
                 dataset,

@@ -173,7 +173,7 @@ def chi_square_test(counts: Sequence[int], weights: Sequence[float]) -> ChiSquar
     if any(c > 0 and p == 0 for c, p in zip(counts, expected_p, strict=True)):
         return ChiSquare(math.inf, 0.0)
     low = [
-        (i, e)
+        (i, p * n)
         for i, (c, p) in enumerate(zip(counts, expected_p, strict=True))
         if p > 0 and p * n < COCHRAN_MIN_EXPECTED
     ]

@@ -2,8 +2,8 @@
 
 Energon's default decoder hands ``.pth`` members to ``torch.load(weights_only=False)`` and ``.pickle``/
 ``.pyd`` members to ``pickle.loads``, so a shard can run code. :class:`SafeSampleDecoder` decodes the same
-member kinds without ever unpickling objects: tensors through ``torch.load(weights_only=True)`` (and it
-must be a tensor), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow;
+member kinds without ever unpickling objects: tensors through :func:`~primus_energon.tensorfile.read_tensor`
+(one plain tensor, else refused), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow;
 pickle members are refused. Anything else stays bytes.
 """
 

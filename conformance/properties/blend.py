@@ -22,6 +22,8 @@ is Energon's behaviour, not the target's, so it is reported, not failed.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import json
 import math
@@ -120,18 +122,21 @@ def _recording_batch(batch_fn: Any, sink: str, pending: list[dict[str, Any]], sh
 
 
 def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskEncoder:
-    """A fresh TaskEncoder of the target whose cookers and ``batch()`` append records to ``sink`` (cook
-    records are buffered in the worker and written with the next batch). Unless ``ship`` or the
-    TaskEncoder has an ``encode_batch``, ``batch()`` still runs but hands the loader only the sample
-    count, so batches are not shipped from the workers (the counts come from the records)."""
+    """A fresh TaskEncoder of the target (an instance target is copied) whose cookers and ``batch()``
+    append records to ``sink``; cook records are buffered in the worker and written with the next batch.
+    Unless ``ship`` or the TaskEncoder has an ``encode_batch``, ``batch()`` still runs but hands the
+    loader only the sample count, so batches are not shipped from the workers (counts come from records)."""
     task_encoder = ctx.target.make_task_encoder()
+    if task_encoder is ctx.target.obj:  # a TaskEncoder instance target: instrument a copy, not the user's
+        task_encoder = copy.copy(task_encoder)
     pending: list[dict[str, Any]] = []
     task_encoder.cookers = [
         Cooker(_recording_cooker(c.cook, pending), has_subflavors=c.has_subflavors)
         for c in task_encoder.cookers
     ]
     ship = ship or _overrides(task_encoder, "encode_batch")
-    task_encoder.batch = _recording_batch(task_encoder.batch, str(sink), pending, ship)  # type: ignore[method-assign]
+    wrapped = _recording_batch(task_encoder.batch, str(sink), pending, ship)
+    task_encoder.batch = wrapped  # type: ignore[method-assign]
     return task_encoder
 
 
@@ -360,35 +365,36 @@ def _run_blend(
     paths = [_dataset(ctx, encoding, schema, f"blend{i}") for i in range(k)]
     prefixes = {f"blend{i}": i for i in range(k)}
     entries = [
-        (p, w, {**ctx.workspace.subflavors(p), SUBFLAVOR: i}) for i, (p, w) in enumerate(zip(paths, weights))
+        (path, weight, {**ctx.workspace.subflavors(path), SUBFLAVOR: i})
+        for i, (path, weight) in enumerate(zip(paths, weights, strict=True))
     ]
     mds = ctx.workspace.metadataset(f"blend-{index}-{'-'.join(map(str, weights))}", entries)
     n = required_n(k, alpha=ALPHA, power=POWER, w=EFFECT)
     per_worker = math.ceil(n / (WORLD_SIZE * NUM_WORKERS))
     started = time.perf_counter()
+    sinks = [ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl" for _ in range(WORLD_SIZE)]
+    try:
+        batches = _consume(ctx, mds, sinks, per_worker, prefixes)
+        records = [_records(sink) for sink in sinks]
+    finally:
+        for sink in sinks:
+            sink.unlink(missing_ok=True)
+    seconds = time.perf_counter() - started
     all_counts: Counter[int] = Counter()
     stages = set()
     checked = 0
-    batches = 0
-    for rank in range(WORLD_SIZE):
-        sink = ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl"
-        try:
-            batches += _consume(ctx, mds, rank, sink, per_worker)
-            records = _records(sink)
-        finally:
-            sink.unlink(missing_ok=True)
-        counted = _counts_per_worker(records, prefixes, per_worker)
+    for rank, rank_records in enumerate(records):
+        counted = _counts_per_worker(rank_records, prefixes, per_worker)
         stages.add(counted["stage"])
         for pid, seq in counted["workers"].items():
             if len(seq) < per_worker:
                 fail(
-                    f"blend {weights}: worker pid {pid} of rank {rank} delivered only {len(seq)} samples after "
-                    f"{batches} batches, expected at least {per_worker}",
+                    f"blend {weights}: worker pid {pid} of rank {rank} delivered only {len(seq)} samples in "
+                    f"{batches[rank]} batches of {BATCH_SIZE}, expected at least {per_worker}",
                     ctx.reproduce("blend"),
                 )
             all_counts.update(seq)
-        checked += _check_subflavors(ctx, records, prefixes)
-    seconds = time.perf_counter() - started
+        checked += _check_subflavors(ctx, rank_records, prefixes)
     counts = [all_counts.get(i, 0) for i in range(k)]
     total = sum(counts)
     statistic, p_value = chi_square_test(counts, weights)
@@ -407,6 +413,7 @@ def _run_blend(
         "cohen_w": round(cohen_w(fractions, weights), 5),
         "counted_at": "/".join(sorted(stages)),
         "subflavor_samples_checked": checked,
+        "batches": batches,
         "seconds": round(seconds, 2),
     }
     if p_value < ALPHA:
@@ -418,42 +425,62 @@ def _run_blend(
         fail(
             f"blend of {k} datasets with weights {weights}: the realised fractions differ from the weights "
             f"(chi-square goodness of fit: N={total}, statistic {statistic:.2f} on {k - 1} df, p={p_value:.3g} < "
-            f"alpha {ALPHA:g}; Cohen's w {result['cohen_w']:.4f}; N gives {POWER:.0%} power against w={EFFECT}):\n"
-            f"{rows}\ncounted: the first {per_worker} samples that reached batch() on each of {NUM_WORKERS} workers x "
-            f"{WORLD_SIZE} ranks. A cooker or TaskEncoder that skips, drops or duplicates samples of one dataset "
-            "changes the blend the user asked for",
+            f"alpha {ALPHA:g}; Cohen's w {result['cohen_w']:.4f}; this N has {POWER:.0%} power against "
+            f"w={EFFECT}):\n{rows}\ncounted: the first {per_worker} samples that reached batch() on each of "
+            f"{NUM_WORKERS} workers x {WORLD_SIZE} ranks. A cooker or TaskEncoder that skips, drops or duplicates "
+            "samples of one dataset changes the blend the user asked for",
             ctx.reproduce("blend"),
         )
     return result
 
 
-def _consume(ctx: CheckContext, mds: Path, rank: int, sink: Path, per_worker: int) -> int:
-    """Pull batches on ``rank`` until each worker has batched ``per_worker`` samples; returns the count."""
-    task_encoder = _instrumented(ctx, sink)
-    planned = NUM_WORKERS * math.ceil(per_worker / BATCH_SIZE)
-    consumed = 0
-    with closing(
-        build_loader(
-            ctx.target,
-            mds,
-            batch_size=BATCH_SIZE,
-            num_workers=NUM_WORKERS,
-            seed=ctx.seed,
-            rank=rank,
-            world_size=WORLD_SIZE,
-            task_encoder=task_encoder,
-        )
-    ) as loader:
-        iterator = iter(loader)
+def _tally(sink: Path) -> dict[int, int]:
+    out: dict[int, int] = defaultdict(int)
+    for record in _records(sink):
+        if record["stage"] == "batch":
+            out[record["pid"]] += len(record["keys"])
+    return out
+
+
+def _consume(
+    ctx: CheckContext, mds: Path, sinks: list[Path], per_worker: int, prefixes: dict[str, int]
+) -> list[int]:
+    """Pull batches on every rank (the ranks' loaders side by side, so their workers run in parallel)
+    until each worker has batched ``per_worker`` samples; returns the batches pulled per rank. The
+    subflavor check runs on the first round of batches too, so a target that loses them fails early."""
+    rounds = math.ceil(per_worker / BATCH_SIZE)
+    with contextlib.ExitStack() as stack:
+        iterators = []
+        for rank, sink in enumerate(sinks):
+            loader = build_loader(
+                ctx.target,
+                mds,
+                batch_size=BATCH_SIZE,
+                num_workers=NUM_WORKERS,
+                seed=ctx.seed,
+                rank=rank,
+                world_size=WORLD_SIZE,
+                task_encoder=_instrumented(ctx, sink),
+            )
+            iterators.append(iter(stack.enter_context(closing(loader))))
+        consumed = [0] * len(sinks)
+        planned = NUM_WORKERS * rounds
+        first = True
         while True:
-            while consumed < planned:
-                next(iterator)
-                consumed += 1
-            done = Counter(r["pid"] for r in _records(sink) if r["stage"] == "batch" for _ in r["keys"])
-            if len(done) >= NUM_WORKERS and min(done.values()) >= per_worker:
+            while min(consumed) < planned:
+                for rank, iterator in enumerate(iterators):
+                    if consumed[rank] < planned:
+                        next(iterator)
+                        consumed[rank] += 1
+                if first and min(consumed) >= NUM_WORKERS:
+                    first = False
+                    for sink in sinks:
+                        _check_subflavors(ctx, _records(sink), prefixes)
+            tallies = [_tally(sink) for sink in sinks]
+            if all(len(t) >= NUM_WORKERS and min(t.values()) >= per_worker for t in tallies):
                 return consumed
-            if consumed >= 4 * NUM_WORKERS * math.ceil(per_worker / BATCH_SIZE):
-                return consumed  # the caller reports the short worker
+            if planned >= 4 * NUM_WORKERS * rounds:
+                return consumed  # the caller reports the worker that fell short
             planned += NUM_WORKERS
 
 

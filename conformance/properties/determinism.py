@@ -4,13 +4,14 @@ changes the order; for 0, 1 and 2 workers.
 
 Two children (``python -m conformance.runner determinism``) run concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
-spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order depends
-on ``num_workers``, so batches are compared per worker count, never across.
+spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
+depends on ``num_workers``, so batches are compared per worker count, never across.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,14 @@ def _describe_keys(keys: list[str] | None) -> str:
     return "?" if keys is None else "[" + ", ".join(keys) + "]"
 
 
+def _readable(diff: str | None) -> str | None:
+    """``first_difference`` of two fingerprints, with a tensor's digest (item 3) named as its bytes."""
+    if diff is None:
+        return None
+    match = re.match(r"^(.*)\[3\]: expected '[0-9a-f]+', observed '[0-9a-f]+'$", diff)
+    return f"{match.group(1)}: tensor bytes differ (same dtype and shape)" if match else diff
+
+
 def _order(run: dict[str, Any]) -> Any:
     """The key order a run delivered: batch keys if the batches expose them, else the cookers' order per
     process, else the batch digests."""
@@ -95,10 +104,10 @@ def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dic
         else:
             fx, fy = parse_fingerprint(x["fingerprint"]), parse_fingerprint(y["fingerprint"])
             diff = first_difference(fx, fy) if fx is not None and fy is not None else None
-            detail = f"same keys {_describe_keys(x['keys'])}, but {diff or 'different contents'}"
+            detail = f"same keys {_describe_keys(x['keys'])}, but {_readable(diff) or 'different contents'}"
         fail(
-            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs ({detail}). "
-            f"{HINT}",
+            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs "
+            f"({detail}). {HINT}",
             ctx.reproduce("determinism"),
         )
 
