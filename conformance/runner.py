@@ -53,6 +53,9 @@ __all__ = [
     "stop",
     "cook_order",
     "record_cooked",
+    "runner_command",
+    "torchrun_command",
+    "parse_fingerprint",
     "main",
 ]
 
@@ -144,12 +147,13 @@ def child_target_args(target: Target) -> list[str]:
 
 
 def _search_path() -> list[str]:
-    """The parent's import path without the interpreter's own directories (the child has those)."""
+    """The parent's import path (and this package's root) without the interpreter's own directories and
+    site-packages, which the child has anyway; ``python -m`` adds the working directory itself."""
     skip = tuple(
         os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     )
-    out: list[str] = [str(REPO)]
-    for entry in [os.getcwd(), *sys.path]:
+    out: list[str] = []
+    for entry in [str(REPO), *sys.path]:
         path = os.path.realpath(entry or os.getcwd())
         if not os.path.isdir(path) or path.startswith(skip) or "-packages" in path:
             continue
