@@ -4,13 +4,17 @@ at alpha = 1e-6, with enough draws for 99% power against a Cohen effect of 0.05,
 workers on each of 2 ranks); every cooked sample carries its blend entry's subflavors; and a dataset
 that appears twice in a blend is reported.
 
-How it counts: every cooker and ``batch()`` of a fresh TaskEncoder is wrapped to append one JSON line per
-cooked sample (crude key, the entry's ``blend_entry`` subflavor in and out) and per batch (the keys of
-the samples it batched), from every worker process. Energon draws each worker's blend sequence i.i.d.
-from the weights, so the first ``n`` samples each worker batched (``n`` fixed in advance, cooked-ahead
-samples included) are a multinomial sample when the target drops nothing; a target that skips or drops
-samples of one dataset shifts the fractions. Counting stops before any dataset could run dry: blended
-datasets repeat.
+How it counts: the datasets are generated (16 samples each, distinct key prefixes ``blend<i>``) and
+blended by a MetadatasetV2 whose entries add ``blend_entry: i`` to each dataset's own subflavors. Every
+cooker and ``batch()`` of a fresh TaskEncoder is wrapped to record, from every worker process, each
+cooked sample (key, ``blend_entry`` in and out) and each batch (the keys of the samples it batched;
+``batch()`` still runs, but unless the TaskEncoder post-processes batches the loader gets only their
+size, so nothing large is shipped). Energon draws each worker's blend sequence i.i.d. from the weights,
+so the first ``n`` samples each worker batched (``n`` fixed in advance) are a multinomial sample when
+the target keeps every sample; one that filters samples of one source after the blend
+(``encode_sample``, ``batch``) shifts the fractions. (A cooker cannot: Energon cooks each dataset
+before blending, so a sample a cooker skips is replaced by the next one of the same dataset.) Blended
+datasets repeat, so none runs dry. The two ranks' loaders run side by side.
 
 Duplicates: a user's metadataset (``--dataset x.yaml``) whose leaves (nested YAMLs resolved, paths
 relative to each YAML) name one dataset twice (same split part and subset) fails. Energon 7.4.1 gives
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from megatron.energon import Cooker, TaskEncoder, WorkerConfig, stateless
+from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, WorkerConfig, stateless
 from megatron.energon.task_encoder.base import get_stateless
 
 from synthetic import Schema
@@ -134,15 +138,22 @@ def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskE
         Cooker(_recording_cooker(c.cook, pending), has_subflavors=c.has_subflavors)
         for c in task_encoder.cookers
     ]
-    ship = ship or _overrides(task_encoder, "encode_batch")
+    ship = ship or _converts_batches(task_encoder)
     wrapped = _recording_batch(task_encoder.batch, str(sink), pending, ship)
     task_encoder.batch = wrapped  # type: ignore[method-assign]
     return task_encoder
 
 
-def _overrides(task_encoder: TaskEncoder, name: str) -> bool:
-    method = getattr(type(task_encoder), name, None)
-    return method is not None and method is not getattr(TaskEncoder, name, None)
+def _converts_batches(task_encoder: TaskEncoder) -> bool:
+    """True when the TaskEncoder post-processes what ``batch()`` returns: its own ``encode_batch``, or a
+    ``DefaultTaskEncoder`` converting raw batches to a ``batch_type``."""
+    is_overridden = getattr(task_encoder, "_is_overridden", None)
+    if is_overridden is None or is_overridden(
+        task_encoder.encode_batch, bases=(TaskEncoder, DefaultTaskEncoder)
+    ):
+        return True
+    batch_type = getattr(task_encoder, "_batch_type", None)
+    return batch_type is not None and batch_type != getattr(task_encoder, "_raw_batch_type", None)
 
 
 def _records(sink: Path) -> list[dict[str, Any]]:
@@ -159,12 +170,12 @@ class Leaf:
     """A dataset a metadataset blends: its resolved path, split part and subset, and where it is listed."""
 
     path: str
-    split_part: str | None
+    split_part: str
     subset: str | None
     where: str
 
     @property
-    def identity(self) -> tuple[str, str | None, str | None]:
+    def identity(self) -> tuple[str, str, str | None]:
         return (self.path, self.split_part, self.subset)
 
 
@@ -179,16 +190,16 @@ def metadataset_leaves(yaml_path: str | os.PathLike, split: str = "train") -> li
 
     Understands MetadatasetV2 (``splits: {split: {blend: [...]}}``, ``blend_epochized``, a single
     ``path`` reference, ``join`` whose members count as one leaf) and the legacy form
-    (``splits: {split: {datasets: [...]}}``). Relative paths resolve against each YAML's directory.
+    (``splits: {split: {datasets: [...]}}``). Relative paths resolve against each YAML's directory; a
+    leaf's split part defaults to the split being read (an entry's ``split_part`` overrides it, also for
+    a nested metadataset).
     """
     leaves: list[Leaf] = []
-    _walk_yaml(Path(yaml_path), split, leaves, (), split_part=None)
+    _walk_yaml(Path(yaml_path), split, leaves, ())
     return leaves
 
 
-def _walk_yaml(
-    yaml_path: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...], split_part: str | None
-) -> None:
+def _walk_yaml(yaml_path: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...]) -> None:
     real = os.path.realpath(yaml_path)
     if real in stack:
         raise ValueError(f"metadataset {str(yaml_path)!r} includes itself ({' > '.join(stack)})")
@@ -196,12 +207,9 @@ def _walk_yaml(
     splits = doc.get("splits") if isinstance(doc, Mapping) else None
     if not isinstance(splits, Mapping):
         raise ValueError(f"metadataset {str(yaml_path)!r} has no `splits:` mapping")
-    node = splits.get(split_part or split)
-    if node is None:
-        return
-    _walk_node(
-        node, Path(real).parent, split, leaves, (*stack, real), f"{yaml_path}: splits.{split_part or split}"
-    )
+    node = splits.get(split)
+    if node is not None:
+        _walk_node(node, Path(real).parent, split, leaves, (*stack, real), f"{yaml_path}: splits.{split}")
 
 
 def _walk_node(
@@ -217,6 +225,7 @@ def _walk_node(
         if group in node:
             _walk_node(node[group], base, split, leaves, stack, f"{where}.{group}")
             return
+    split_part = str(node.get("split_part") or split)
     if "join" in node:
         join = node["join"]
         members = join.values() if isinstance(join, Mapping) else join if isinstance(join, list) else []
@@ -224,24 +233,17 @@ def _walk_node(
             _resolve(str(m["path"]), base) if isinstance(m, Mapping) and "path" in m else repr(m)
             for m in members
         )
-        leaves.append(Leaf("join(" + ", ".join(paths) + ")", node.get("split_part"), None, where))
+        leaves.append(Leaf("join(" + ", ".join(paths) + ")", split_part, None, where))
         return
     if "path" not in node:
         return
     path = str(node["path"])
-    split_part = node.get("split_part")
     if path.endswith((".yaml", ".yml")) and "://" not in path:
-        _walk_yaml(base / path, split, leaves, stack, split_part)
+        _walk_yaml(base / path, split_part, leaves, stack)
         return
     subset = node.get("subset")
-    leaves.append(
-        Leaf(
-            _resolve(path, base),
-            split_part,
-            None if subset is None else json.dumps(subset, sort_keys=True, default=str),
-            where,
-        )
-    )
+    subset_id = None if subset is None else json.dumps(subset, sort_keys=True, default=str)
+    leaves.append(Leaf(_resolve(path, base), split_part, subset_id, where))
 
 
 def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:

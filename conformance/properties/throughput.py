@@ -1,0 +1,166 @@
+"""Property 12, throughput (reported; pass/fail only with ``--min-samples-per-s``): on a generated
+64-sample dataset of each encoding the target cooks, in one run,
+
+* the bare cook time per sample (the target's matching cooker over the crude samples, median of 5 passes),
+* the loader's samples/s and MB/s (Energon's savable loader with a fresh TaskEncoder of the target, train
+  mode, ``num_workers=0``, batch 8, exactly 2 epochs from ``iter()``; MB are the shards' member bytes
+  those 2 epochs read, twice the dataset's): end to end, and in steady state, i.e. after the first batch
+  (whose latency, mostly opening shards, is reported on its own). The steady rate is the one compared
+  with ``--min-samples-per-s``: a 128-sample run end to end mostly measures start-up, not the target; and
+* a raw sequential read of the same shard files (``readinto`` a reused buffer, page cache warm), the
+  ceiling no loader reaches.
+
+Nothing here is asserted on timing except the loader rate against ``ctx.min_samples_per_s``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..context import CheckContext
+from ..data import read_crude
+from ..execution import build_loader, closing, matching_cooker, worker_context
+from ._common import fail
+
+__all__ = ["check", "NUM_SAMPLES", "BATCH_SIZE", "EPOCHS"]
+
+NUM_SAMPLES = 64
+SHARD_SIZE = 16
+BATCH_SIZE = 8
+EPOCHS = 2
+COOK_PASSES = 5
+#: raw read: at least this many passes and this many seconds, whichever takes longer (capped at 50 passes)
+RAW_MIN_PASSES = 3
+RAW_MIN_SECONDS = 0.2
+MB = 1e6
+
+
+def _shards(path: Path) -> list[Path]:
+    return sorted(path.glob("*.tar"))
+
+
+def _member_bytes(shards: list[Path]) -> int:
+    """Payload bytes of every member of the shards (tar headers and padding excluded)."""
+    total = 0
+    for shard in shards:
+        with tarfile.open(shard) as tar:
+            total += sum(info.size for info in tar if info.isfile())
+    return total
+
+
+def _raw_read(shards: list[Path]) -> dict[str, float]:
+    """Sequential read of the shard files into one reused buffer; the first pass warms the page cache."""
+    size = max(shard.stat().st_size for shard in shards)
+    buffer = bytearray(min(size, 1 << 24) or 1)
+    view = memoryview(buffer)
+
+    def one_pass() -> int:
+        read = 0
+        for shard in shards:
+            with open(shard, "rb", buffering=0) as handle:
+                while True:
+                    n = handle.readinto(view)
+                    if not n:
+                        break
+                    read += n
+        return read
+
+    one_pass()
+    passes, read = 0, 0
+    started = time.perf_counter()
+    while passes < 50 and (passes < RAW_MIN_PASSES or time.perf_counter() - started < RAW_MIN_SECONDS):
+        read += one_pass()
+        passes += 1
+    seconds = time.perf_counter() - started
+    return {"mb_per_s": read / MB / seconds, "passes": passes, "file_mb": read / passes / MB}
+
+
+def _cook_time(ctx: CheckContext, crude: list[dict[str, Any]], cookers: list) -> float:
+    """Median over passes of the mean seconds per sample of the bare cook call."""
+    chosen = [cookers[matching_cooker(cookers, s.get("__subflavors__")) or 0] for s in crude]
+    per_pass = []
+    for _ in range(COOK_PASSES):
+        elapsed = 0.0
+        for index, (sample, cooker) in enumerate(zip(crude, chosen, strict=True)):
+            with worker_context(ctx.seed, index):
+                started = time.perf_counter()
+                cooker.cook(sample)
+                elapsed += time.perf_counter() - started
+        per_pass.append(elapsed / len(crude))
+    return statistics.median(per_pass)
+
+
+def _loader_rate(ctx: CheckContext, path: Path) -> dict[str, float]:
+    batches = EPOCHS * NUM_SAMPLES // BATCH_SIZE
+    with closing(
+        build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=0, seed=ctx.seed, mode="train")
+    ) as loader:
+        started = time.perf_counter()
+        iterator = iter(loader)
+        next(iterator)
+        first = time.perf_counter() - started
+        for _ in range(batches - 1):
+            next(iterator)
+        seconds = time.perf_counter() - started
+    return {"seconds": seconds, "first_batch_s": first, "samples": batches * BATCH_SIZE}
+
+
+def _measure(ctx: CheckContext, encoding: str | None) -> dict[str, Any]:
+    path = ctx.workspace.generated(encoding, "throughput", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
+    shards = _shards(path)
+    member_bytes = _member_bytes(shards)
+    task_encoder = ctx.target.make_task_encoder()
+    decoded = getattr(task_encoder, "decoder", None) is not None
+    crude = read_crude(path, decoded=decoded)
+    cook_s = _cook_time(ctx, crude, list(task_encoder.cookers))
+    loader = _loader_rate(ctx, path)
+    raw = _raw_read(shards)
+    sample_bytes = member_bytes / NUM_SAMPLES
+    end_to_end = loader["samples"] / loader["seconds"]
+    steady = (loader["samples"] - BATCH_SIZE) / (loader["seconds"] - loader["first_batch_s"])
+    return {
+        "encoding": encoding,
+        "dataset": str(path),
+        "samples": NUM_SAMPLES,
+        "sample_kb": round(member_bytes / NUM_SAMPLES / 1e3, 3),
+        "cook_us_per_sample": round(cook_s * 1e6, 1),
+        "loader_samples_per_s": round(steady, 1),
+        "loader_mb_per_s": round(steady * sample_bytes / MB, 3),
+        "loader_first_batch_s": round(loader["first_batch_s"], 4),
+        "loader_end_to_end_samples_per_s": round(end_to_end, 1),
+        "loader_end_to_end_mb_per_s": round(EPOCHS * member_bytes / MB / loader["seconds"], 3),
+        "loader_seconds": round(loader["seconds"], 4),
+        "raw_read_mb_per_s": round(raw["mb_per_s"], 1),
+        "raw_read_samples_per_s": round(raw["mb_per_s"] * NUM_SAMPLES / raw["file_mb"], 1),
+        "loader_fraction_of_raw": round(steady * sample_bytes / MB / raw["mb_per_s"], 6),
+        "cook_fraction_of_loader_time": round(min(1.0, cook_s * steady), 3),
+        "setup": f"train, num_workers 0, batch {BATCH_SIZE}, {EPOCHS} epochs of {NUM_SAMPLES} samples from iter()",
+    }
+
+
+def check(ctx: CheckContext) -> dict:
+    measured = [_measure(ctx, encoding) for encoding in ctx.encodings()]
+    summary = "; ".join(
+        f"{m['encoding'] or 'data'} ({m['sample_kb']:.1f} kB/sample): cook {m['cook_us_per_sample']:.0f} us/sample, "
+        f"loader {m['loader_samples_per_s']:.0f} samples/s = {m['loader_mb_per_s']:.2f} MB/s "
+        f"after a first batch of {m['loader_first_batch_s'] * 1e3:.0f} ms ({m['loader_end_to_end_samples_per_s']:.0f} samples/s end to end), raw read {m['raw_read_mb_per_s']:.0f} MB/s"
+        for m in measured
+    )
+    details: dict[str, Any] = {**measured[0], "measurements": measured, "summary": summary}
+    if ctx.min_samples_per_s is not None:
+        slowest = min(measured, key=lambda m: m["loader_samples_per_s"])
+        details["min_samples_per_s"] = ctx.min_samples_per_s
+        if slowest["loader_samples_per_s"] < ctx.min_samples_per_s:
+            fail(
+                f"loader throughput on {slowest['encoding'] or 'the'} data is {slowest['loader_samples_per_s']:.1f} "
+                f"samples/s (steady state, after the first batch), below --min-samples-per-s {ctx.min_samples_per_s:g} ({slowest['setup']}; "
+                f"{slowest['sample_kb']:.1f} kB/sample). Measured beside it: the bare cook takes "
+                f"{slowest['cook_us_per_sample']:.0f} us/sample, the loader moves {slowest['loader_mb_per_s']:.2f} MB/s "
+                f"and a raw read of the same shards {slowest['raw_read_mb_per_s']:.0f} MB/s",
+                ctx.reproduce("throughput") + f" --min-samples-per-s {ctx.min_samples_per_s:g}",
+            )
+    return details

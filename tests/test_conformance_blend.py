@@ -1,0 +1,149 @@
+"""Property 8 (weight ratios): passes on reference targets; fails on a TaskEncoder that filters one
+source after the blend (chi-square), on a cooker that drops the per-entry subflavors, and on a user
+metadataset that lists a dataset twice. The blend runs here use a large effect size (N ~ 1.6k instead
+of ~25k) to stay fast; the statistics at the real N are tested in test_conformance_stats.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance import check_cooker, check_task_encoder
+from conformance.properties import blend
+from conformance.results import PropertyResult
+from conformance.stats import required_n
+from synthetic import generate_dataset, write_metadataset
+
+ZOO = "tests.conformance_zoo.blend_broken"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One workspace for the module: the generated datasets are made once."""
+    return tmp_path_factory.mktemp("blend")
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Power against w = 0.2 instead of 0.05: 16x fewer draws (the broken targets deviate by w > 0.3)."""
+    monkeypatch.setattr(blend, "EFFECT", 0.2)
+
+
+def _blend(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
+    check = check_cooker if kind == "cooker" else check_task_encoder
+    (result,) = check(target, properties=["blend"], profile="ci", workdir=workdir, **options)
+    return result
+
+
+def test_issue_parameters() -> None:
+    assert (blend.ALPHA, blend.POWER, blend.EFFECT) == (1e-6, 0.99, 0.05)
+    assert (blend.WORLD_SIZE, blend.NUM_WORKERS) == (2, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("cooker", "primus_energon:PREENCODED_COOKER"),
+        ("task_encoder", "primus_energon:RawDiffusionTaskEncoder"),
+    ],
+)
+def test_reference_targets_pass(kind: str, spec: str, workdir: Path, fast: None) -> None:
+    result = _blend(kind, spec, workdir)
+    assert result.verdict == "pass", result.message
+    (run,) = result.details["blends"]
+    assert 2 <= len(run["weights"]) <= 5
+    assert run["n"] >= run["required_n"] == required_n(len(run["weights"]), w=0.2)
+    assert run["counted_at"] == "batch" and run["p_value"] >= 1e-6
+    assert run["subflavor_samples_checked"] >= run["n"]
+    # Energon 7.4.1 gives a dataset listed twice the same stream (issue #266): reported, not failed.
+    assert result.details["duplicate_entry"]["identical_streams"] is True
+    assert "Energon #266" in result.details["summary"]
+
+
+@pytest.mark.slow
+def test_filtering_after_the_blend_fails(workdir: Path, fast: None) -> None:
+    result = _blend("task_encoder", f"{ZOO}:FiltersOneSourceTaskEncoder", workdir)
+    assert result.verdict == "fail", result.message
+    assert "the realised fractions differ from the weights (chi-square goodness of fit: N=" in result.message
+    assert "entry 1 (dataset blend1, weight " in result.message and "observed " in result.message
+    assert "on each of 2 workers x 2 ranks" in result.message
+    assert result.reproduce.endswith("-k blend")
+
+
+@pytest.mark.slow
+def test_cooker_dropping_entry_subflavors_fails(workdir: Path, fast: None) -> None:
+    (keys, result) = check_cooker(
+        f"{ZOO}:KEEPS_KNOWN_SUBFLAVORS", properties=["keys", "blend"], profile="ci", workdir=workdir
+    )
+    assert keys.verdict == "pass", keys.message  # on a single dataset it looks right
+    assert result.verdict == "fail", result.message
+    assert result.message.startswith("per-entry subflavors do not reach the samples: sample 'blend")
+    assert "__subflavors__ {'encoding': 'preencoded'} (blend_entry: absent)" in result.message
+
+
+def _dataset(root: Path, name: str) -> Path:
+    generate_dataset(root / name, encoding="preencoded", num_samples=4, shard_size=4, seed=1)
+    return root / name
+
+
+def test_user_metadataset_with_a_dataset_twice_fails(tmp_path: Path) -> None:
+    a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
+    inner = write_metadataset(tmp_path / "sub" / "inner.yaml", [(a, 1.0), (b, 2.0)], legacy=True)
+    outer = write_metadataset(tmp_path / "outer.yaml", [(inner, 1.0), (a, 3.0)])
+    result = _blend("cooker", "primus_energon:PREENCODED_COOKER", tmp_path / "ws", dataset=str(outer))
+    assert result.verdict == "fail", result.message
+    assert (
+        f"a dataset appears twice in the blend of {str(outer)!r}: {str(a)!r} is listed at" in result.message
+    )
+    assert "sub/inner.yaml: splits.train.datasets[0]" in result.message
+    assert "outer.yaml: splits.train.blend[1]" in result.message and "issue #266" in result.message
+
+
+def test_metadataset_leaves(tmp_path: Path) -> None:
+    a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
+    inner = write_metadataset(tmp_path / "sub" / "inner.yaml", [(b, 1.0)], legacy=True)
+    doc = {
+        "__module__": "megatron.energon",
+        "__class__": "MetadatasetV2",
+        "splits": {
+            "train": {
+                "blend": [
+                    {"weight": 1, "path": "a", "subset": {"range": ["0%", "50%"]}},
+                    {"weight": 1, "path": "./a", "subset": {"range": ["50%", "100%"]}},
+                    {"weight": 1, "path": "sub/inner.yaml"},
+                    {"weight": 1, "blend_epochized": [{"repetitions": 2, "path": "b", "split_part": "val"}]},
+                ]
+            },
+            "val": {"path": "a"},
+        },
+    }
+    (tmp_path / "mds.yaml").write_text(yaml.safe_dump(doc))
+    leaves = blend.metadataset_leaves(tmp_path / "mds.yaml")
+    assert [(Path(leaf.path).name, leaf.split_part) for leaf in leaves] == [
+        ("a", "train"),
+        ("a", "train"),
+        ("b", "train"),
+        ("b", "val"),
+    ]
+    assert leaves[2].where.endswith("inner.yaml: splits.train.datasets[0]")
+    # Disjoint subsets of one dataset, or different split parts, are not duplicates.
+    assert blend.duplicate_leaves(leaves) == []
+    assert [Path(leaf.path).name for leaf in blend.metadataset_leaves(tmp_path / "mds.yaml", "val")] == ["a"]
+    assert str(inner).endswith("inner.yaml") and a.is_dir()
+
+
+def test_instrumenting_an_instance_target_leaves_it_alone(tmp_path: Path) -> None:
+    from conformance.api import make_context
+    from conformance.target import resolve_target
+    from primus_energon import EncodedDiffusionTaskEncoder
+
+    instance = EncodedDiffusionTaskEncoder()
+    cookers, batch = list(instance.cookers), instance.batch
+    ctx = make_context(resolve_target(instance), workdir=tmp_path)
+    instrumented = blend._instrumented(ctx, tmp_path / "sink.jsonl")
+    assert instrumented is not instance
+    assert instrumented.cookers[0].cook is not cookers[0].cook
+    assert instance.cookers == cookers and instance.batch == batch

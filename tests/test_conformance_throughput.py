@@ -1,0 +1,72 @@
+"""Property 12 (throughput): reports cook time, loader samples/s and MB/s and a raw read of the same
+shards for every encoding the target cooks; fails only below ``min_samples_per_s``, with both numbers.
+Nothing here asserts on how fast anything is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance import check_cooker, check_task_encoder
+from conformance.results import PropertyResult
+
+NUMBERS = (
+    "cook_us_per_sample",
+    "loader_samples_per_s",
+    "loader_mb_per_s",
+    "loader_first_batch_s",
+    "loader_end_to_end_samples_per_s",
+    "loader_end_to_end_mb_per_s",
+    "raw_read_mb_per_s",
+    "raw_read_samples_per_s",
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("throughput")
+
+
+def _throughput(kind: str, target: str, workdir: Path, **options: object) -> PropertyResult:
+    check = check_cooker if kind == "cooker" else check_task_encoder
+    (result,) = check(target, properties=["throughput"], profile="quick", workdir=workdir, **options)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "encodings"),
+    [
+        ("cooker", "primus_energon:PREENCODED_COOKER", ["preencoded"]),
+        ("task_encoder", "primus_energon:MultiFormatTaskEncoder", ["preencoded", "raw"]),
+    ],
+)
+def test_reference_targets_report_positive_numbers(
+    kind: str, spec: str, encodings: list[str], workdir: Path
+) -> None:
+    result = _throughput(kind, spec, workdir)
+    assert result.verdict == "pass", result.message
+    measured = result.details["measurements"]
+    assert [m["encoding"] for m in measured] == encodings
+    for m in measured:
+        assert all(m[name] > 0 for name in NUMBERS), m
+        assert m["samples"] == 64 and m["sample_kb"] > 0
+    assert all(f"{e} (" in result.details["summary"] for e in encodings)
+    assert "samples/s" in result.details["summary"] and "raw read" in result.details["summary"]
+    assert "min_samples_per_s" not in result.details
+
+
+def test_below_min_samples_per_s_fails_naming_the_rate(workdir: Path) -> None:
+    result = _throughput("cooker", "primus_energon:PREENCODED_COOKER", workdir, min_samples_per_s=1e9)
+    assert result.verdict == "fail"
+    match = re.search(r"loader throughput on preencoded data is ([0-9.]+) samples/s", result.message)
+    assert match and float(match.group(1)) > 0, result.message
+    assert "below --min-samples-per-s 1e+09" in result.message and "raw read" in result.message
+    assert result.reproduce.endswith("-k throughput --min-samples-per-s 1e+09")
+
+
+def test_reachable_min_samples_per_s_passes(workdir: Path) -> None:
+    result = _throughput("cooker", "primus_energon:PREENCODED_COOKER", workdir, min_samples_per_s=1e-3)
+    assert result.verdict == "pass", result.message
+    assert result.details["min_samples_per_s"] == 1e-3
