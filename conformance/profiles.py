@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 __all__ = ["Profile", "PROFILES", "get_profile"]
 
@@ -22,6 +22,8 @@ class Profile:
     #: world sizes checked in-process by the sharding property
     world_sizes: tuple[int, ...] = (2, 4)
     derandomize: bool = True
+    #: shrink a failing example to a minimal one (slow: every shrink step cooks again)
+    shrink: bool = False
 
     def hypothesis_settings(self, max_examples: int | None = None) -> settings:
         return settings(
@@ -31,13 +33,14 @@ class Profile:
             database=None,
             print_blob=True,
             suppress_health_check=list(HealthCheck),
+            phases=[p for p in Phase if self.shrink or p is not Phase.shrink],
         )
 
 
 PROFILES = {
     "quick": Profile("quick", max_examples=10, blends=1, resume_draws=0),
     "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1),
-    "thorough": Profile("thorough", max_examples=200, blends=4, resume_draws=6),
+    "thorough": Profile("thorough", max_examples=200, blends=4, resume_draws=6, shrink=True),
 }
 
 
