@@ -44,27 +44,35 @@ def _keep_crude(sample: dict) -> dict:
 
 
 class _CrudeReader(DefaultTaskEncoder):
+    """Hands back every crude sample as Energon passes it to a cooker (after ``decoder``)."""
+
     cookers = [Cooker(_keep_crude)]
 
-    def __init__(self, decoded: bool) -> None:
+    def __init__(self, decoder: Any) -> None:
         super().__init__()
-        self.decoder = SafeSampleDecoder() if decoded else None
+        self.decoder = decoder
 
     @stateless
     def batch(self, samples: list) -> list:
         return samples
 
 
-def read_crude(dataset: str | os.PathLike, *, decoded: bool = False, split_part: str = "train") -> list[dict]:
+def read_crude(
+    dataset: str | os.PathLike, *, decoded: bool = False, decoder: Any = None, split_part: str = "train"
+) -> list[dict]:
     """Every crude sample of ``dataset`` as Energon hands it to a cooker, in dataset order.
-    ``decoded=True``: members decoded by :class:`~primus_energon.decoding.SafeSampleDecoder`."""
+
+    ``decoded=True``: members decoded by :class:`~primus_energon.decoding.SafeSampleDecoder`; ``decoder``:
+    any other Energon decoder instead (None: raw member bytes)."""
+    if decoded and decoder is None:
+        decoder = SafeSampleDecoder()
     config = WorkerConfig(rank=0, world_size=1, num_workers=0)
     ds = get_val_dataset(
         str(dataset),
         split_part=split_part,
         worker_config=config,
         batch_size=1,
-        task_encoder=_CrudeReader(decoded),
+        task_encoder=_CrudeReader(decoder),
     )
     return [batch[0] for batch in get_loader(ds)]
 

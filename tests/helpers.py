@@ -1,4 +1,4 @@
-"""Test helpers: an independent oracle for shard contents and a TaskEncoder that captures crude samples.
+"""Test helpers: an independent oracle for shard contents, and the crude samples Energon hands to a cooker.
 
 The oracle reads the tar files with :mod:`tarfile` only, so the tests compare Energon's and the
 cookers' output against something that shares no code with them.
@@ -13,15 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from megatron.energon import (
-    DefaultTaskEncoder,
-    SampleDecoder,
-    WorkerConfig,
-    get_loader,
-    get_val_dataset,
-    stateless,
-)
-from megatron.energon.task_encoder.cooking import Cooker
+from megatron.energon import SampleDecoder
+
+from conformance.data import read_crude
 
 # Energon's member-name split (flavors/webdataset/config.py): key up to the first dot of the basename.
 _MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -55,34 +49,9 @@ def assert_tensor_identical(actual: torch.Tensor, expected: torch.Tensor, what: 
     assert torch.equal(actual, expected), f"{what}: values differ"
 
 
-@stateless
-def _keep_crude(sample: dict) -> dict:
-    return sample
-
-
-class _CaptureCrude(DefaultTaskEncoder):
-    cookers = [Cooker(_keep_crude)]
-
-    def __init__(self, decoded: bool) -> None:
-        super().__init__()
-        # decoded=True: what a cooker sees behind Energon's default decoder (clean data only).
-        self.decoder = SampleDecoder() if decoded else None
-
-    @stateless
-    def batch(self, samples: list) -> list:
-        return samples
-
-
 def crude_samples(
     dataset: str | Path, *, decoded: bool = False, split_part: str = "train"
 ) -> list[dict[str, Any]]:
-    """The crude sample dicts Energon hands to a cooker, in dataset order."""
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_val_dataset(
-        str(dataset),
-        split_part=split_part,
-        worker_config=wc,
-        batch_size=1,
-        task_encoder=_CaptureCrude(decoded),
-    )
-    return [batch[0] for batch in get_loader(ds)]
+    """The crude sample dicts Energon hands to a cooker, in dataset order. ``decoded=True``: behind
+    Energon's own default decoder, which unpickles ``.pth`` members (use on clean data only)."""
+    return read_crude(dataset, decoder=SampleDecoder() if decoded else None, split_part=split_part)
