@@ -7,6 +7,9 @@ Everything public is importable from here::
     loader = get_loader("/data/laion_preencoded", EncodedDiffusionTaskEncoder, batch_size=8, num_workers=4)
     batch = next(loader)            # {"latents": [8, C, H, W], "prompt_embeds": ..., ...}
     state = loader.save_state()     # checkpoint with the model; restore_state(state) to resume
+
+Dataset tools (finalize, validate, info, preview; also the ``primus-energon`` command) live in
+:mod:`primus_energon.datasets`.
 """
 
 from .batching import sample_keys, stack_field

@@ -7,6 +7,7 @@ import sys
 import warnings
 
 from . import __version__, demo
+from .datasets.cli import register as register_dataset_commands
 
 __all__ = ["main", "build_parser"]
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_arguments(demo_parser)
     demo_parser.set_defaults(handler=demo.run)
+    register_dataset_commands(commands)
     return parser
 
 

@@ -1,0 +1,80 @@
+"""Dataset tooling: finalize, validate, info and preview for Energon CrudeWebdatasets (and metadatasets).
+
+Working replacements for ``energon info``/``preview``/``lint``, which fail on a CrudeWebdataset in 7.4.1::
+
+    from primus_energon.datasets import finalize_dataset, validate_path
+
+    finalize_dataset("/data/pre", "preencoded", split="0.9,0.05,0.05")   # prepare + dataset.yaml
+    report = validate_path("/data/pre", workers=8)                        # or a metadataset .yaml
+    report.ok, report.problems[0].code, report.to_json()
+
+Command line: ``primus-energon finalize|validate|info|preview`` (see `primus_energon.datasets.cli`).
+Modules: `validate` (orchestration), `scan` (one shard), `tarscan` (strict tar reader), `checks` (one member),
+`analysis` (whole-dataset rules), `metadata` (.nv-meta), `metadataset` (blends), `finalize`, `info`,
+`preview`, `report` (JSON and summary), `problems` (codes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "CODES",
+    "DatasetInfo",
+    "DatasetReport",
+    "FinalizeError",
+    "LeafReport",
+    "MetadatasetReport",
+    "Problem",
+    "REPORT_VERSION",
+    "ValidationError",
+    "dataset_info",
+    "finalize_dataset",
+    "parse_split",
+    "preview_dataset",
+    "render_summary",
+    "resolve_metadataset",
+    "validate_dataset",
+    "validate_metadataset",
+    "validate_path",
+]
+
+_WHERE = {
+    "CODES": "problems",
+    "Problem": "problems",
+    "DatasetReport": "report",
+    "LeafReport": "report",
+    "MetadatasetReport": "report",
+    "REPORT_VERSION": "report",
+    "render_summary": "report",
+    "ValidationError": "validate",
+    "validate_dataset": "validate",
+    "validate_path": "validate",
+    "validate_metadataset": "metadataset",
+    "resolve_metadataset": "metadataset",
+    "FinalizeError": "finalize",
+    "finalize_dataset": "finalize",
+    "parse_split": "finalize",
+    "DatasetInfo": "info",
+    "dataset_info": "info",
+    "preview_dataset": "preview",
+}
+
+if TYPE_CHECKING:
+    from .finalize import FinalizeError, finalize_dataset, parse_split
+    from .info import DatasetInfo, dataset_info
+    from .metadataset import resolve_metadataset, validate_metadataset
+    from .preview import preview_dataset
+    from .problems import CODES, Problem
+    from .report import REPORT_VERSION, DatasetReport, LeafReport, MetadatasetReport, render_summary
+    from .validate import ValidationError, validate_dataset, validate_path
+
+
+def __getattr__(name: str) -> Any:
+    # Submodules load on first use, so `primus_energon.datasets.cli --help` stays quick.
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'primus_energon.datasets' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)

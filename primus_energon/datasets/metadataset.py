@@ -1,0 +1,418 @@
+"""Resolving a metadataset YAML to its leaf datasets, and validating each leaf.
+
+Both forms Energon 7.4 loads (notes §5) are read with ``yaml.safe_load``, without Energon (which stops at the
+first missing path):
+
+* ``MetadatasetV2``: ``splits: {split: node}`` where a node is a dataset reference (``path``, optional
+  ``split_part``, ``subflavors``), ``blend: [{weight, path | join...}]``, ``blend_epochized:
+  [{repetitions, path}]`` or ``join``;
+* legacy ``Metadataset`` (also a file without ``__class__``): ``splits: {split: {datasets: [{weight, path,
+  subflavors, subflavor}]}}``.
+
+A ``path`` is relative to the YAML's directory and may name another metadataset (nested; its split is the
+entry's ``split_part`` or the current one). Weights default to 1 and are normalised within each blend, and
+multiplied through nesting. Effective subflavors follow Energon: an entry's subflavors are overridden by the
+outer levels', and the result overrides the dataset's own ``dataset.yaml`` subflavors.
+
+Reported: unreadable structure (``bad-metadataset``), paths that are neither a prepared dataset nor a YAML
+(``missing-path``), non-positive weights (``bad-weight``), the same dataset split reached twice within a
+split (``duplicate-leaf``: an error with equal effective subflavors, since Energon then draws the same samples
+in the same order twice; a warning when the subflavors differ), and every leaf's own problems (tagged with the
+leaf path in ``dataset``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .metadata import META_DIR
+from .problems import Problem
+from .report import DatasetReport, LeafReport, MetadatasetReport
+
+__all__ = ["Leaf", "resolve_metadataset", "validate_metadataset"]
+
+_MAX_DEPTH = 16
+
+
+@dataclass
+class Leaf:
+    """One leaf dataset as a split of the metadataset reaches it."""
+
+    split: str
+    path: Path
+    split_part: str
+    weight: float | None  # the weight written in the entry (None for blend_epochized)
+    normalized_weight: float | None  # its share of the split (product through nesting)
+    subflavors: dict[str, Any]  # the metadataset's effective subflavors for this leaf
+    repetitions: float | None = None
+    via: list[str] = field(default_factory=list)  # the metadataset files passed through
+
+
+class _Resolver:
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self.problems: list[Problem] = []
+        self.leaves: list[Leaf] = []
+        self.form = "unknown"
+
+    def problem(self, code: str, message: str, where: Path) -> None:
+        self.problems.append(Problem(code, None, None, None, message, dataset=str(where)))
+
+    # -- files ---------------------------------------------------------------------------------------------
+    def load(self, path: Path) -> dict[str, Any] | None:
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            self.problem("bad-metadataset", f"cannot read {path}: {exc}", path)
+            return None
+        if not isinstance(doc, dict):
+            self.problem("bad-metadataset", f"{path} is not a YAML mapping", path)
+            return None
+        cls = doc.get("__class__")
+        if cls not in (None, "Metadataset", "MetadatasetV2"):
+            self.problem(
+                "bad-metadataset",
+                f"{path}: __class__ {cls!r} is not Metadataset or MetadatasetV2",
+                path,
+            )
+            return None
+        if not isinstance(doc.get("splits"), dict):
+            hint = ""
+            if "blend" in doc or "datasets" in doc:
+                hint = " (the top-level 'blend:'/'datasets:' must be inside 'splits: {train: ...}')"
+            self.problem("bad-metadataset", f"{path} has no 'splits' mapping{hint}", path)
+            return None
+        return doc
+
+    def resolve_file(
+        self, path: Path, split: str, top_split: str, weight: float, inherited: dict[str, Any], via: list[str]
+    ) -> None:
+        if len(via) > _MAX_DEPTH or str(path) in via:
+            self.problem("bad-metadataset", f"{path} nests itself (via {' -> '.join(via)})", path)
+            return
+        doc = self.load(path)
+        if doc is None:
+            return
+        v2 = doc.get("__class__") == "MetadatasetV2"
+        if not via:
+            self.form = "MetadatasetV2" if v2 else "Metadataset (legacy)"
+        splits = doc["splits"]
+        if split not in splits:
+            self.problem(
+                "bad-metadataset",
+                f"{path} has no split {split!r} (it has {', '.join(map(str, splits)) or 'none'})",
+                path,
+            )
+            return
+        node = splits[split]
+        via = [*via, str(path)]
+        if v2:
+            self.node_v2(node, path, split, top_split, weight, inherited, via)
+        else:
+            self.node_v1(node, path, split, top_split, weight, inherited, via)
+
+    # -- entries -------------------------------------------------------------------------------------------
+    def weight_of(self, entry: dict[str, Any], key: str, where: Path) -> float | None:
+        raw = entry.get(key, 1.0)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
+            self.problem(
+                "bad-weight",
+                f"{where}: entry {entry.get('path')!r} has {key} {raw!r}; it must be a positive number",
+                where,
+            )
+            return None
+        return float(raw)
+
+    def entry(
+        self,
+        entry: Any,
+        where: Path,
+        split: str,
+        top_split: str,
+        share: float | None,
+        inherited: dict[str, Any],
+        via: list[str],
+        *,
+        weight: float | None,
+        repetitions: float | None = None,
+    ) -> None:
+        if not isinstance(entry, dict) or "path" not in entry:
+            self.problem("bad-metadataset", f"{where}: entry {entry!r} has no 'path'", where)
+            return
+        sub = entry.get("subflavors") or {}
+        if not isinstance(sub, dict):
+            self.problem(
+                "bad-metadataset", f"{where}: subflavors of {entry['path']!r} must be a mapping", where
+            )
+            sub = {}
+        sub = dict(sub)
+        if entry.get("subflavor") is not None and "__subflavor__" not in sub:
+            sub = {"__subflavor__": entry["subflavor"], **sub}
+        effective = {**sub, **inherited}  # outer levels override inner ones (Energon's traversal)
+        raw_path = Path(os.path.expanduser(str(entry["path"])))
+        path = raw_path if raw_path.is_absolute() else where.parent / raw_path
+        part = str(entry.get("split_part") or split)
+        if path.is_file() and path.suffix in (".yaml", ".yml"):
+            self.resolve_file(path, part, top_split, share if share is not None else 1.0, effective, via)
+            return
+        if not (path / META_DIR).is_dir():
+            what = "does not exist" if not path.exists() else "is not a prepared dataset (no .nv-meta/)"
+            self.problem("missing-path", f"{where}: entry path {entry['path']!r} ({path}) {what}", where)
+            return
+        self.leaves.append(
+            Leaf(top_split, path, part, weight, share, effective, repetitions=repetitions, via=list(via))
+        )
+
+    def blend(
+        self,
+        items: Any,
+        key: str,
+        where: Path,
+        split: str,
+        top_split: str,
+        share: float,
+        inherited: dict[str, Any],
+        via: list[str],
+    ) -> None:
+        if not isinstance(items, list) or not items:
+            self.problem(
+                "bad-metadataset", f"{where}: split {split!r}: '{key}' must be a non-empty list", where
+            )
+            return
+        weight_key = "repetitions" if key == "blend_epochized" else "weight"
+        weights = [self.weight_of(e, weight_key, where) if isinstance(e, dict) else None for e in items]
+        total = sum(w for w in weights if w is not None)
+        for e, w in zip(items, weights, strict=True):
+            if w is None and isinstance(e, dict) and "path" in e:
+                continue
+            if isinstance(e, dict) and "join" in e and "path" not in e:
+                self.join(
+                    e["join"],
+                    where,
+                    split,
+                    top_split,
+                    share * (w or 0) / total if total else None,
+                    inherited,
+                    via,
+                )
+                continue
+            if key == "blend_epochized":
+                self.entry(e, where, split, top_split, None, inherited, via, weight=None, repetitions=w)
+            else:
+                self.entry(
+                    e,
+                    where,
+                    split,
+                    top_split,
+                    share * (w or 0) / total if total else None,
+                    inherited,
+                    via,
+                    weight=w,
+                )
+
+    def join(
+        self,
+        items: Any,
+        where: Path,
+        split: str,
+        top_split: str,
+        share: float | None,
+        inherited: dict[str, Any],
+        via: list[str],
+    ) -> None:
+        entries = list(items.values()) if isinstance(items, dict) else items
+        if not isinstance(entries, list) or not entries:
+            self.problem("bad-metadataset", f"{where}: 'join' must list datasets", where)
+            return
+        for e in entries:  # joined datasets are read side by side: each leaf gets the join's whole share
+            self.entry(e, where, split, top_split, share, inherited, via, weight=None)
+
+    def node_v2(
+        self,
+        node: Any,
+        where: Path,
+        split: str,
+        top_split: str,
+        share: float,
+        inherited: dict[str, Any],
+        via: list[str],
+    ) -> None:
+        if not isinstance(node, dict):
+            self.problem("bad-metadataset", f"{where}: split {split!r} must be a mapping", where)
+            return
+        sub = node.get("subflavors") if ("blend" in node or "blend_epochized" in node) else None
+        if isinstance(sub, dict):
+            inherited = {**sub, **inherited}
+        if "blend" in node:
+            self.blend(node["blend"], "blend", where, split, top_split, share, inherited, via)
+        elif "blend_epochized" in node:
+            self.blend(
+                node["blend_epochized"], "blend_epochized", where, split, top_split, share, inherited, via
+            )
+        elif "join" in node:
+            self.join(node["join"], where, split, top_split, share, inherited, via)
+        elif "path" in node:
+            self.entry(node, where, split, top_split, share, inherited, via, weight=None)
+        elif "datasets" in node:
+            self.problem(
+                "bad-metadataset",
+                f"{where}: split {split!r} uses the legacy 'datasets:' list under __class__: MetadatasetV2; "
+                "use 'blend:' (or __class__: Metadataset)",
+                where,
+            )
+        else:
+            self.problem(
+                "bad-metadataset",
+                f"{where}: split {split!r} has none of path, blend, blend_epochized, join",
+                where,
+            )
+
+    def node_v1(
+        self,
+        node: Any,
+        where: Path,
+        split: str,
+        top_split: str,
+        share: float,
+        inherited: dict[str, Any],
+        via: list[str],
+    ) -> None:
+        if not isinstance(node, dict) or "datasets" not in node:
+            extra = (
+                " (that is the MetadatasetV2 form: set __class__: MetadatasetV2)"
+                if isinstance(node, dict) and "blend" in node
+                else ""
+            )
+            self.problem("bad-metadataset", f"{where}: split {split!r} has no 'datasets:' list{extra}", where)
+            return
+        self.blend(node["datasets"], "datasets", where, split, top_split, share, inherited, via)
+
+
+def resolve_metadataset(path: str | os.PathLike[str]) -> tuple[str, list[Leaf], list[Problem]]:
+    """(form, leaves of every split in file order, problems) for the metadataset at `path`.
+
+    Duplicate leaves (same dataset and split part reached twice within one split) are reported, not merged.
+    """
+    top = Path(path).absolute()
+    r = _Resolver(top)
+    doc = r.load(top)
+    if doc is None:
+        return r.form, r.leaves, r.problems
+    for split in doc["splits"]:
+        r.resolve_file(top, str(split), str(split), 1.0, {}, [])
+    seen: dict[tuple[str, Path, str], Leaf] = {}
+    for leaf in r.leaves:
+        k = (leaf.split, leaf.path.resolve(), leaf.split_part)
+        if k in seen:
+            same = leaf.subflavors == seen[k].subflavors
+            r.problems.append(
+                Problem(
+                    "duplicate-leaf",
+                    None,
+                    None,
+                    None,
+                    f"split {leaf.split!r} reaches {leaf.path} (split {leaf.split_part}) more than once "
+                    f"(via {' -> '.join(seen[k].via)} and via {' -> '.join(leaf.via)})"
+                    + (
+                        " with the same subflavors: its samples are drawn twice, in the same order"
+                        if same
+                        else f" with different subflavors ({seen[k].subflavors} and {leaf.subflavors})"
+                    ),
+                    severity="error" if same else "warning",
+                    dataset=str(leaf.path),
+                )
+            )
+        else:
+            seen[k] = leaf
+    return r.form, r.leaves, r.problems
+
+
+def validate_metadataset(
+    path: str | os.PathLike[str],
+    *,
+    encoding: str | None = None,
+    workers: int = 1,
+    progress: bool | None = False,
+    strict: bool = False,
+) -> MetadatasetReport:
+    """Resolve the metadataset at `path`, then validate each distinct leaf once with the encoding its
+    effective subflavors give it (`encoding` overrides). The report is ok only when the metadataset and
+    every leaf are."""
+    from .validate import validate_dataset
+
+    t0 = time.perf_counter()
+    form, leaves, problems = resolve_metadataset(path)
+    problems = list(problems)
+    reports: dict[tuple[Path, str | None], DatasetReport] = {}
+    checked_splits: set[Any] = set()
+    out: list[LeafReport] = []
+    for leaf in leaves:
+        enc = encoding or leaf.subflavors.get("encoding")
+        k = (leaf.path.resolve(), None if enc is None else str(enc))
+        if k not in reports:
+            report = validate_dataset(
+                leaf.path,
+                encoding=None if enc is None else str(enc),
+                workers=workers,
+                progress=progress,
+                strict=strict,
+                encoding_source="--encoding" if encoding else "the metadataset's subflavors",
+            )
+            reports[k] = report
+            problems += [p.with_dataset(str(leaf.path)) for p in report.problems]
+        rep = reports[k]
+        if (k, leaf.split_part) in checked_splits:
+            pass
+        elif leaf.split_part not in rep.splits and rep.splits:
+            problems.append(
+                Problem(
+                    "split-mismatch",
+                    None,
+                    None,
+                    None,
+                    f"the metadataset reads split {leaf.split_part!r} of {leaf.path}, which has only "
+                    f"{', '.join(rep.splits)}",
+                    dataset=str(leaf.path),
+                )
+            )
+        elif rep.splits and rep.splits[leaf.split_part]["samples"] == 0:
+            problems.append(
+                Problem(
+                    "split-mismatch",
+                    None,
+                    None,
+                    None,
+                    f"the metadataset reads split {leaf.split_part!r} of {leaf.path}, which is empty "
+                    "(Energon raises EmptyDatasetError)",
+                    dataset=str(leaf.path),
+                )
+            )
+        checked_splits.add((k, leaf.split_part))
+        out.append(
+            LeafReport(
+                split=leaf.split,
+                path=str(leaf.path),
+                split_part=leaf.split_part,
+                weight=leaf.weight,
+                normalized_weight=leaf.normalized_weight,
+                subflavors={**rep.subflavors, **leaf.subflavors},
+                via=leaf.via,
+                repetitions=leaf.repetitions,
+                report=rep,
+            )
+        )
+    return MetadatasetReport(
+        path=str(Path(path)),
+        form=form,
+        leaves=out,
+        problems=problems,
+        strict=strict,
+        elapsed_s=time.perf_counter() - t0,
+    )
