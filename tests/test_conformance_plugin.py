@@ -20,14 +20,28 @@ def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
 def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
     report = tmp_path / "report"
-    run = _pytest(tmp_path, "--cooker", "tests.conformance_zoo.broken:cook_strips_caption", "--encoding", "preencoded",
-                  "--conformance-profile", "quick", "-k", "fidelity or keys", f"--conformance-report={report}")
+    run = _pytest(
+        tmp_path,
+        "--cooker",
+        "tests.conformance_zoo.broken:cook_strips_caption",
+        "--encoding",
+        "preencoded",
+        "--conformance-profile",
+        "quick",
+        "-k",
+        "fidelity or keys",
+        f"--conformance-report={report}",
+    )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "conformance targets: cooker tests.conformance_zoo.broken:cook_strips_caption" in run.stdout
     assert "property 3 (Fidelity) failed" in run.stdout and "reproduce: pytest --cooker" in run.stdout
@@ -44,17 +58,37 @@ def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
 
 def test_xfails_file_turns_the_failure_into_xfail_and_warns_on_unmatched_ids(tmp_path: Path) -> None:
     xfails = tmp_path / "xfails.txt"
-    xfails.write_text("# known problems\ntest_fidelity  # strips captions on purpose\ntest_no_such_property\n")
-    run = _pytest(tmp_path, "--cooker", "tests.conformance_zoo.broken:cook_strips_caption", "--encoding", "preencoded",
-                  "--conformance-profile", "quick", "-k", "fidelity", f"--xfails-file={xfails}", "-rxX")
+    xfails.write_text(
+        "# known problems\ntest_fidelity  # strips captions on purpose\ntest_no_such_property\n"
+    )
+    run = _pytest(
+        tmp_path,
+        "--cooker",
+        "tests.conformance_zoo.broken:cook_strips_caption",
+        "--encoding",
+        "preencoded",
+        "--conformance-profile",
+        "quick",
+        "-k",
+        "fidelity",
+        f"--xfails-file={xfails}",
+        "-rxX",
+    )
     assert run.returncode == 0, run.stdout[-3000:]
     assert "1 xfailed" in run.stdout
     assert "test_no_such_property" in run.stdout and "match no conformance test" in run.stdout
 
 
 def test_reference_cooker_exits_0(tmp_path: Path) -> None:
-    run = _pytest(tmp_path, "--cooker", "primus_energon:PREENCODED_COOKER", "--conformance-profile", "quick",
-                  "-k", "accepted or keys or purity")
+    run = _pytest(
+        tmp_path,
+        "--cooker",
+        "primus_energon:PREENCODED_COOKER",
+        "--conformance-profile",
+        "quick",
+        "-k",
+        "accepted or keys or purity",
+    )
     assert run.returncode == 0, run.stdout[-3000:]
     assert "3 passed" in run.stdout
 
