@@ -36,8 +36,14 @@ def conformance(session: nox.Session) -> None:
     own_targets = any(a.startswith(("--cooker", "--task-encoder")) for a in session.posargs)
     targets = () if own_targets else REFERENCE_TARGETS
     session.run(
-        "pytest", "-n", "2", "-p", "no:cacheprovider", "--conformance-report=reports/conformance",
-        *targets, *session.posargs,
+        "pytest",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-report=reports/conformance",
+        *targets,
+        *session.posargs,
     )
 
 
