@@ -67,3 +67,30 @@ def demo(session: nox.Session) -> None:
     """The end-to-end demo on generated data; extra arguments go to `primus-energon demo`."""
     _install(session)
     session.run("primus-energon", "demo", *session.posargs)
+
+
+@nox.session(python="3.11")
+def benchmark(session: nox.Session) -> None:
+    """CPU throughput: every pipeline against the ceilings, in fresh processes; results in reports/benchmarks/."""
+    _install(session, extras="bench")
+    session.run(
+        "pytest",
+        "benchmarks/test_throughput.py",
+        "--benchmark-only",
+        "--benchmark-json=reports/benchmarks/pytest-benchmark.json",
+    )
+    session.run(
+        "python",
+        "-m",
+        "benchmarks.throughput",
+        "--json",
+        "reports/benchmarks/throughput.json",
+        *session.posargs,
+    )
+
+
+@nox.session(python="3.11")
+def gpu_benchmark(session: nox.Session) -> None:
+    """Host-to-device throughput and stall %; skips, with the reason, where torch sees no GPU."""
+    _install(session, extras="bench")
+    session.run("python", "-m", "benchmarks.gpu", "--json", "reports/benchmarks/gpu.json", *session.posargs)

@@ -1,0 +1,75 @@
+"""Smoke test of the throughput benchmarks: the harness runs end to end in ``--quick`` mode on tiny data
+and writes valid JSON; the GPU session skips with a reason where there is no GPU. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = ("reference", "floor", "guide", "webdataset", "tarfile")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The JSON of one ``--quick`` run on the tiny payload: every pipeline but the diagnostic one, nw=0."""
+    out = tmp_path_factory.mktemp("bench") / "smoke.json"
+    command = [
+        sys.executable, "-m", "benchmarks.throughput", "--json", str(out), "--quick", "--sizes", "tiny",
+        "--pipelines", ",".join(PIPELINES), "--no-plot", "--no-decode", "--passes", "1", "--max-foreign", "-1",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"harness failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    assert out.with_suffix(".md").is_file()
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_quick_run_writes_every_pipeline_and_ceiling(report: dict) -> None:
+    assert report["quick"] is True and report["errors"] == []
+    rows = {(r["pipeline"], r["num_workers"]): r for r in report["rows"] if r["size"] == "tiny"}
+    for name in (*PIPELINES, "raw_read", "memcpy"):
+        assert (name, 0) in rows, f"no result for {name}"
+        assert rows[(name, 0)]["samples_per_s"] > 0
+    assert rows[("reference", 0)]["batch"]["latents"] == [[4, 4, 8, 8], "float32"]
+    assert rows[("floor", 0)]["batch"]["latents"][1] == "uint8"
+    assert report["machine"]["cpus_usable"] >= 1 and "load_avg_start" in report
+
+
+@pytest.mark.slow
+def test_quick_run_names_its_ratios(report: dict) -> None:
+    ratios = report["ratios"]["tiny"]
+    for other in ("raw_read", "memcpy", "floor", "guide", "webdataset", "tarfile"):
+        assert ratios[f"nw=0: reference/{other}"]["ratio"] > 0
+    assert [t["target"] for t in report["targets"]], "targets are listed even when their size did not run"
+
+
+@pytest.mark.slow
+def test_plot_writes_a_png(report: dict, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks.plot import plot_results
+
+    png = plot_results(report, tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_session_skips_with_a_reason_without_cuda(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the GPU session would run, not skip")
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--json", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "SKIPPED" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["skipped"] is True and "cuda" in result["reason"].lower()
