@@ -1,6 +1,6 @@
 """A safe replacement for Energon's ``SampleDecoder``, for TaskEncoders that want decoded members.
 
-Energon's default decoder hands ``.pth`` members to ``torch.load(weights_only=False)`` and ``.pickle``/
+Energon's default decoder hands ``.pth`` members to ``torch.load`` with ``weights_only`` off and ``.pickle``/
 ``.pyd`` members to ``pickle.loads``, so a shard can run code. :class:`SafeSampleDecoder` decodes the same
 member kinds without ever unpickling objects: tensors through :func:`~primus_energon.tensorfile.read_tensor`
 (one plain tensor, else refused), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow;

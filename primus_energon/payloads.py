@@ -89,7 +89,7 @@ def load_tensor(value: Any, sample: Any, member: str) -> torch.Tensor:
             sample,
             member=member,
             hint=_SAVE_HINT,
-        ) from None  # torch's own messages advise weights_only=False; the reason is summarised above
+        ) from None  # torch's own messages advise turning weights_only off; the reason is summarised above
 
 
 def decode_text(value: Any, sample: Any, member: str) -> str:

@@ -1,7 +1,7 @@
 """The reference TaskEncoders: Energon cookers for dispatch, a safe decode path, and stacking ``batch()``.
 
 Safety: Energon's default ``TaskEncoder.decoder`` (``SampleDecoder``) decodes ``.pth`` members with
-``torch.load(weights_only=False)`` (and ``.pickle``/``.pyd`` members with ``pickle.loads``) before the
+``torch.load`` with ``weights_only`` off (and ``.pickle``/``.pyd`` members with ``pickle.loads``) before the
 cooker runs, so a shard can execute code. These TaskEncoders therefore have no decoder: the cookers
 receive the members' bytes and decode them themselves, tensors only through
 ``torch.load(weights_only=True)``. The decoder cannot be switched back on, by a subclass, by an instance
@@ -39,7 +39,7 @@ REFERENCE_COOKERS: tuple[Cooker, ...] = (PREENCODED_COOKER, RAW_COOKER)
 
 _UNSAFE_DECODER = (
     "{owner} must not set a decoder: Energon's SampleDecoder unpickles .pth members with "
-    "weights_only=False, so a shard could run code. The cookers decode members themselves; leave "
+    "weights_only off, so a shard could run code. The cookers decode members themselves; leave "
     "`decoder` as None (to add members, extend the cooker instead)"
 )
 

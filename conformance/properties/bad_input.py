@@ -125,7 +125,7 @@ def _malicious(ctx: CheckContext, encoding: str | None) -> dict:
         fail(
             f"loading the shard through {ctx.target.describe()} ran the code in member {fault.member!r} of sample "
             f"{fault.key!r} (the marker file {str(marker)!r} appeared). Energon's default SampleDecoder unpickles "
-            ".pth members with weights_only=False: set `decoder = None` (decode in the cooker with "
+            ".pth members with full unpickling (weights_only off): set `decoder = None` (decode in the cooker with "
             "weights_only=True) or use primus_energon.decoding.SafeSampleDecoder",
             ctx.reproduce("bad_input"),
         )
