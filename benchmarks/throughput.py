@@ -65,8 +65,14 @@ SWEEP: tuple[tuple[dict[str, Any], tuple[int, ...]], ...] = (
     ({"gc_collect_every_n_steps": 100}, (0,)),
     ({"prefetch_factor": 1}, (2,)),
     ({"prefetch_factor": 4}, (2,)),
+    ({"watchdog_timeout_seconds": None}, (0,)),
 )
-_SHORT = {"gc_collect_every_n_steps": "gc", "prefetch_factor": "pf", "torch_threads": "threads"}
+_SHORT = {
+    "gc_collect_every_n_steps": "gc",
+    "prefetch_factor": "pf",
+    "torch_threads": "threads",
+    "watchdog_timeout_seconds": "watchdog",
+}
 
 
 def settings_label(settings: Mapping[str, Any]) -> str:
