@@ -57,6 +57,10 @@ FACTORS = (0.0, 1.2, 2.0)
 H2D_TARGET = 0.8
 STALL_TARGET_PCT = 2.0
 RING_DEPTH = 3
+MATMUL_SIZE = 4096
+#: Where batches go, and whether host buffers are pinned (module constants so that a test can redirect them).
+DEVICE = "cuda"
+PIN = True
 
 
 def skip_reason() -> str | None:
@@ -89,8 +93,8 @@ def _tensors(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 def pattern_ceiling(sizes: list[int], repeats: int = 30) -> dict[str, float]:
     """GB/s of copying pinned buffers of ``sizes`` bytes (one batch's tensors) to the device on a side
     stream, back to back, timed with CUDA events: the ceiling for the fed loop's copies."""
-    device = torch.device("cuda")
-    sources = [torch.empty(n, dtype=torch.uint8, pin_memory=True).fill_(1) for n in sizes]
+    device = torch.device(DEVICE)
+    sources = [torch.empty(n, dtype=torch.uint8, pin_memory=PIN).fill_(1) for n in sizes]
     targets = [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
     stream = torch.cuda.Stream()
     timings: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
@@ -118,7 +122,7 @@ class _PinnedRing:
 
     def __init__(self, template: Mapping[str, torch.Tensor]) -> None:
         self.slots = [
-            {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True) for k, v in template.items()}
+            {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=PIN) for k, v in template.items()}
             for _ in range(RING_DEPTH)
         ]
         self.done: list[torch.cuda.Event | None] = [None] * RING_DEPTH
@@ -164,7 +168,7 @@ class _Feeder:
         start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(self.stream):
             start.record(self.stream)
-            on_device = {k: v.to("cuda", non_blocking=True) for k, v in tensors.items()}
+            on_device = {k: v.to(DEVICE, non_blocking=True) for k, v in tensors.items()}
             done.record(self.stream)
         if slot is not None and self.ring is not None:
             self.ring.done[slot] = done
@@ -176,10 +180,10 @@ class _Feeder:
 
 def _matmul_step() -> tuple[Callable[[int, Mapping[str, torch.Tensor]], None], float]:
     """A GPU step of ``n`` bf16 4096x4096 matmuls plus a reduction over the batch; ms per matmul."""
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=DEVICE, dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    acc = torch.zeros((), device="cuda")
+    acc = torch.zeros((), device=DEVICE)
 
     def step(n: int, batch: Mapping[str, torch.Tensor]) -> None:
         for _ in range(n):
@@ -432,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                     "factors": list(FACTORS),
                     "min_batches": 40 if args.quick else 60,
                 }
-                config["result"] = _spawn(job, timeout=max(60.0, args.budget_s))
+                remaining = args.budget_s - (time.time() - started)
+                config["result"] = _spawn(job, timeout=max(60.0, remaining + 60.0))
                 print(
                     f"{size} nw={nw}: {'error' if 'error' in config['result'] else 'done'}", file=sys.stderr
                 )
