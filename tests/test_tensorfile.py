@@ -15,11 +15,12 @@ import os
 import pickle
 import pickletools
 import shlex
+import struct
 import subprocess
 import sys
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -800,3 +801,124 @@ def test_broken_record_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensorfile, "_is_utf8", lambda raw: True)
     with pytest.raises(UnicodeDecodeError):
         check_tensor_or_refusal(payload)
+
+
+# --- the layout cache ----------------------------------------------------------------------------------
+
+
+def outcome(payload: bytes, **kwargs: bool) -> tuple[object, ...]:
+    """What read_tensor does with payload: the tensor's full description, or the error's type and message."""
+    try:
+        got = read_tensor(payload, **kwargs)
+    except TensorFileError as error:
+        return type(error).__name__, str(error)
+    return got.dtype, got.shape, got.stride(), got.storage_offset(), bytes(got.untyped_storage())
+
+
+def with_flag_bit_3(payload: bytes) -> bytes:
+    """payload (a zipfile-written archive without data descriptors) with the 'sizes in a data descriptor'
+    flag set on every entry: the reader accepts it, but each 'descriptor CRC' it would skip is then the
+    next record's header, which the parse reads."""
+    edited = bytearray(payload)
+    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+        infos = archive.infolist()
+        start = archive.start_dir
+    for info in infos:
+        edited[info.header_offset + 6] |= 0x08  # the local header's flags
+    position = start
+    for _ in infos:
+        edited[position + 8] |= 0x08  # the central header's flags
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", edited, position + 28)
+        position += 46 + name_len + extra_len + comment_len
+    return bytes(edited)
+
+
+@pytest.fixture(autouse=False)
+def empty_cache() -> Iterator[None]:
+    tensorfile.clear_layout_cache()
+    yield
+    tensorfile.clear_layout_cache()
+
+
+@CI
+@given(
+    views(DTYPES),
+    st.lists(st.tuples(st.integers(0), st.integers(1, 255)), min_size=1, max_size=3),
+    st.booleans(),
+)
+def test_a_remembered_layout_reads_exactly_what_the_parse_reads(
+    tensor: torch.Tensor, flips: list[tuple[int, int]], copy: bool
+) -> None:
+    """With a payload's layout remembered, another payload of that layout with any bytes flipped gives what
+    the full parse gives: the same tensor (storage bytes included) or the same refusal."""
+    tensorfile.clear_layout_cache()
+    read_tensor(save(tensor))
+    assert tensorfile._layout_count == 1, "torch.save's layout was not remembered"
+    payload = bytearray(save(tensor))  # another serialization id, CRCs equal or not
+    for position, mask in flips:
+        payload[position % len(payload)] ^= mask
+    assert outcome(bytes(payload), copy=copy) == outcome(bytes(payload), copy=copy, cache=False)
+
+
+def test_a_remembered_layout_skips_the_parse(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = save(torch.randn(4, 5)), save(torch.randn(4, 5))
+    other_shape = save(torch.randn(5, 4))  # the same length, another data.pkl
+    assert len(first) == len(other_shape)
+    read_tensor(first)
+    monkeypatch.setattr(tensorfile, "_open_archive", lambda view: pytest.fail("the payload was parsed"))
+    for copy in (True, False):
+        assert_same(read_tensor(second, copy=copy), torch_load(second))
+        assert shares_memory(read_tensor(second, copy=copy), second) is not copy
+    with pytest.raises(pytest.fail.Exception, match="was parsed"):
+        read_tensor(other_shape)
+
+
+def test_cache_false_neither_uses_nor_fills_the_cache(empty_cache: None) -> None:
+    read_tensor(TWELVE_FLOATS, cache=False)
+    assert tensorfile._layout_count == 0 and not tensorfile._LAYOUTS
+
+
+def test_the_cache_is_bounded(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensorfile, "_MAX_LAYOUTS", 2)
+    payloads = [save(torch.zeros(n)) for n in (1, 2, 3)]
+    for payload in payloads:
+        assert_same(read_tensor(payload), torch_load(payload))
+    assert tensorfile._layout_count == 2
+    assert sum(len(layouts) for layouts in tensorfile._LAYOUTS.values()) == 2
+    assert_same(read_tensor(payloads[2]), torch_load(payloads[2]))  # still read, by the full parse
+
+
+def test_a_bad_serialization_id_is_refused_also_with_the_layout_remembered(empty_cache: None) -> None:
+    read_tensor(TWELVE_FLOATS)
+    payload = bytearray(save(torch.arange(12, dtype=torch.float32)))
+    with zipfile.ZipFile(io.BytesIO(bytes(payload))) as archive:
+        local = archive.getinfo("archive/.data/serialization_id").header_offset
+    name_len, extra_len = struct.unpack_from("<HH", payload, local + 26)
+    start = local + 30 + name_len + extra_len  # the serialization id's first byte
+    payload[start : start + 2] = b"\xff\xfe"
+    with pytest.raises(TensorFileError, match="serialization_id record is not UTF-8"):
+        read_tensor(bytes(payload))
+
+
+def test_an_archive_with_overlapping_varying_bytes_is_never_cached(empty_cache: None) -> None:
+    payload = with_flag_bit_3(replace(TWELVE_FLOATS))
+    assert_same(read_tensor(payload), torch_load(payload))
+    assert tensorfile._layout_count == 0
+
+
+def test_broken_overlap_check_is_caught(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache that remembered a layout whose varying bytes overlap bytes the parse reads would accept a
+    payload the parse refuses: the equality property fails."""
+    payload = with_flag_bit_3(replace(TWELVE_FLOATS))
+    # The data.pkl entry's 'descriptor CRC' is the next local header's magic, which the parse checks.
+    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+        second_header = archive.infolist()[1].header_offset
+    broken = bytearray(payload)
+    broken[second_header : second_header + 4] = b"XXXX"
+    read_tensor(payload)
+    assert outcome(bytes(broken)) == outcome(bytes(broken), cache=False)
+    assert "malformed local header" in outcome(bytes(broken))[1]
+    monkeypatch.setattr(tensorfile, "_disjoint", lambda varying, read, length: True)
+    tensorfile.clear_layout_cache()
+    read_tensor(payload)
+    assert outcome(bytes(broken)) != outcome(bytes(broken), cache=False)

@@ -4,10 +4,8 @@ Contract: nothing here unpickles anything but tensors, and a tensor member passe
 ``torch.load(BytesIO, weights_only=True)`` (what the reference cookers use) returns a tensor for it. Tensor
 files are read by the allow-list reader `primus_energon.tensorfile.read_tensor` (same result as torch.load,
 never unpickles); whenever it refuses a payload, torch.load decides, and a refusal that names a disallowed
-global is ``malicious-pickle``, any other failure ``garbage-payload``. Speed: once a payload has been read in
-full, later payloads of the same length that equal it byte for byte except in the storage bytes, the
-CRC-32 fields (which torch.load does not check) and the serialization id (checked to be UTF-8) are the same
-archive with other values, and are read through that verified template without parsing the zip again.
+global is ``malicious-pickle``, any other failure ``garbage-payload``. Speed: the reader's layout cache reads
+payloads of a layout it has accepted before without parsing them again (see ``tensorfile._Layout``).
 Floating tensors are scanned once (``aminmax``) for NaN/Inf and their value range.
 """
 
@@ -16,12 +14,13 @@ from __future__ import annotations
 import io
 import json
 import re
-import struct
 import warnings
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
+
+from primus_energon.tensorfile import TensorFileError, read_tensor
 
 __all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
 
@@ -31,11 +30,6 @@ _TEXT_EXTENSIONS = frozenset({"txt", "text"})
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
 _FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
-
-try:  # the fast reader may be absent in older checkouts; torch.load is the fallback
-    from primus_energon.tensorfile import read_tensor as _read_tensor
-except ImportError:  # pragma: no cover
-    _read_tensor = None
 
 
 def member_kind(part: str) -> str:
@@ -96,165 +90,13 @@ def _torch_verdict(data: bytes | memoryview) -> tuple[torch.Tensor | None, str |
     return loaded, None, ""
 
 
-class _Template(NamedTuple):
-    """A torch.save archive already read in full: every byte that must match, and where the storage is."""
-
-    head: bytes  # everything before the storage, variable ranges zeroed
-    tail: bytes  # everything after it, likewise
-    head_vars: tuple[tuple[int, int, bytes], ...]  # (start, end, zeros) of the variable ranges in head
-    tail_vars: tuple[tuple[int, int, bytes], ...]  # ... and in tail (offsets relative to the tail)
-    utf8: tuple[tuple[int, int], ...]  # ranges that vary but must stay UTF-8 (.data/serialization_id)
-    data: tuple[int, int]  # the storage bytes
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
-
-
-_TEMPLATES: dict[int, list[_Template]] = {}  # payload length -> templates
-_MAX_TEMPLATES = 256
-_n_templates = 0
-_EOCD = struct.Struct("<4sHHHHIIH")
-_CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")
-_LOCAL = struct.Struct("<4sHHHHHIIIHH")
-
-
-def _address(view: memoryview) -> int:
-    return torch.frombuffer(view, dtype=torch.uint8).data_ptr() if len(view) else 0
-
-
-def _make_template(data: bytes | memoryview, t: torch.Tensor) -> _Template | None:
-    """The template of `data`, a torch.save zip that read_tensor has just read into `t` (a view of `data`).
-
-    Variable ranges: the storage bytes, every CRC-32 (local header, data descriptor, central directory;
-    torch.load does not check them) and the serialization id's bytes (checked to be UTF-8, as torch needs).
-    None when the layout is not the plain one torch.save writes (comments, no storage, a record overlapping
-    the storage, ...): then every payload of this shape goes through the full reader."""
-    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-    size = len(view)
-    storage = t.untyped_storage()
-    nbytes = storage.nbytes()
-    if nbytes == 0 or size < _EOCD.size or size >= 1 << 32:
-        return None
-    start = storage.data_ptr() - _address(view)
-    if not 0 <= start <= size - nbytes:
-        return None
-    sig, disk, cd_disk, _, count, cd_size, cd_offset, comment = _EOCD.unpack_from(view, size - _EOCD.size)
-    if sig != b"PK\x05\x06" or disk or cd_disk or comment or cd_offset + cd_size > size - _EOCD.size:
-        return None
-    variable = [(start, start + nbytes)]
-    utf8 = []
-    storage_entries = 0
-    pos = cd_offset
-    for _ in range(count):
-        if pos + _CENTRAL.size > size:
-            return None
-        entry = _CENTRAL.unpack_from(view, pos)
-        if entry[0] != b"PK\x01\x02":
-            return None
-        flags, comp_size, name_len, extra_len, comment_len, local = (
-            entry[3],
-            entry[8],
-            entry[10],
-            entry[11],
-            entry[12],
-            entry[16],
-        )
-        name = bytes(view[pos + _CENTRAL.size : pos + _CENTRAL.size + name_len])
-        variable.append((pos + 16, pos + 20))  # central CRC
-        if local + _LOCAL.size > size:
-            return None
-        lh = _LOCAL.unpack_from(view, local)
-        if lh[0] != b"PK\x03\x04":
-            return None
-        variable.append((local + 14, local + 18))  # local CRC
-        data_at = local + _LOCAL.size + lh[9] + lh[10]
-        data_end = data_at + comp_size
-        if flags & 0x08:  # data descriptor: [signature] CRC, sizes
-            crc_at = data_end + 4 if bytes(view[data_end : data_end + 4]) == b"PK\x07\x08" else data_end
-            variable.append((crc_at, crc_at + 4))
-        if name.endswith(b".data/serialization_id"):
-            variable.append((data_at, data_end))
-            utf8.append((data_at, data_end))
-        if (data_at, data_end) == (start, start + nbytes):
-            storage_entries += 1
-        elif local < start + nbytes and start < data_end:
-            return None  # another record overlaps the storage bytes: not torch.save's layout
-        pos += _CENTRAL.size + name_len + extra_len + comment_len
-    if storage_entries != 1 or cd_offset < start + nbytes:
-        return None
-    s0, s1 = start, start + nbytes
-    head, tail = bytearray(view[:s0]), bytearray(view[s1:])
-    head_vars, tail_vars = [], []
-    for a, b in variable[1:]:
-        if b <= s0:
-            head[a:b] = bytes(b - a)
-            head_vars.append((a, b, bytes(b - a)))
-        elif a >= s1:
-            tail[a - s1 : b - s1] = bytes(b - a)
-            tail_vars.append((a - s1, b - s1, bytes(b - a)))
-        else:
-            return None  # a variable range overlapping the storage: not torch.save's layout
-    return _Template(
-        bytes(head),
-        bytes(tail),
-        tuple(head_vars),
-        tuple(tail_vars),
-        tuple(utf8),
-        (s0, s1),
-        t.dtype,
-        tuple(t.shape),
-        tuple(t.stride()),
-        t.storage_offset(),
-    )
-
-
-def _from_template(data: bytes | memoryview) -> torch.Tensor | None:
-    """The tensor of `data` if it matches a template byte for byte outside the variable ranges (then it is
-    the same archive with other storage bytes, so read_tensor/torch.load would return exactly this)."""
-    templates = _TEMPLATES.get(len(data))
-    if not templates:
-        return None
-    view = memoryview(data)
-    for tpl in templates:
-        s0, s1 = tpl.data
-        head = bytearray(view[:s0])
-        for a, b, zeros in tpl.head_vars:
-            head[a:b] = zeros
-        if head != tpl.head:
-            continue
-        tail = bytearray(view[s1:])
-        for a, b, zeros in tpl.tail_vars:
-            tail[a:b] = zeros
-        if tail != tpl.tail:
-            continue
-        try:
-            for a, b in tpl.utf8:
-                bytes(view[a:b]).decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        raw = torch.frombuffer(view[tpl.data[0] : tpl.data[1]], dtype=torch.uint8)
-        return torch.empty(0, dtype=tpl.dtype).set_(raw.untyped_storage(), tpl.offset, tpl.shape, tpl.stride)
-    return None
-
-
 def _load_tensor(data: bytes | memoryview) -> tuple[torch.Tensor | None, str | None, str]:
-    global _n_templates
-    if _read_tensor is not None:
-        t = _from_template(data)
-        if t is not None:
-            return t, None, ""
-        try:
-            t = _read_tensor(data, copy=False)
-        except Exception:  # noqa: BLE001 - any refusal: let torch decide what the cookers would see
-            return _torch_verdict(data)
-        if _n_templates < _MAX_TEMPLATES:
-            tpl = _make_template(data, t)
-            if tpl is not None:
-                _TEMPLATES.setdefault(len(data), []).append(tpl)
-                _n_templates += 1
-        return t, None, ""
-    return _torch_verdict(data)
+    """(tensor, None, "") or (None, code, why). The allow-list reader (with its layout cache, so payloads of a
+    layout it has read skip the parse) decides what it accepts; anything it refuses, torch.load decides."""
+    try:
+        return read_tensor(data, copy=False), None, ""
+    except TensorFileError:
+        return _torch_verdict(data)
 
 
 def _check_tensor_values(t: torch.Tensor, out: MemberCheck) -> None:
