@@ -168,16 +168,14 @@ def _webdataset_default_handler_unsafe(data: bytes) -> Any:
 def decode_costs(shard: Path, min_seconds: float = 0.05) -> dict[str, dict[str, float]]:
     """Microseconds per member to decode the first sample's tensor members of ``shard``, per format.
 
-    Returns ``{member: {format: µs}}``; the formats are ``read_tensor(copy=True)`` (the reference),
-    ``read_tensor(copy=False)``, ``torch.load(weights_only=True)``, ``webdataset default (unpickles)``,
-    ``npy (numpy.load)`` of the same tensor, ``frombuffer (floor)`` and ``templated, no copy (diagnostic)``.
-    Also ``bytes`` (the member size).
+    Returns ``{member: {format: µs}}``; the formats are ``read_tensor(copy=False)`` (the reference: a view,
+    the layout cached after the first call), ``read_tensor(copy=True)``, ``read_tensor(cache=False)`` (a
+    view, parsed in full each time), ``torch.load(weights_only=True)``, ``webdataset default (unpickles)``,
+    ``npy (numpy.load)`` of the same tensor and ``frombuffer (floor)``. Also ``bytes`` (the member size).
     """
     import torch
 
     from primus_energon.tensorfile import read_tensor
-
-    from .pipelines import read_tensor_templated
 
     members = first_sample_members(shard)
     costs: dict[str, dict[str, float]] = {}
@@ -186,8 +184,15 @@ def decode_costs(shard: Path, min_seconds: float = 0.05) -> dict[str, dict[str, 
         tensor = read_tensor(data, copy=True)
         npy = _to_npy(tensor)
         formats: dict[str, tuple[Callable[[bytes], Any], bytes]] = {
+            "read_tensor(copy=False) (reference)": (
+                lambda d: read_tensor(d, copy=False, fallback=True),
+                data,
+            ),
             "read_tensor(copy=True)": (lambda d: read_tensor(d, copy=True, fallback=True), data),
-            "read_tensor(copy=False)": (lambda d: read_tensor(d, copy=False, fallback=True), data),
+            "read_tensor(cache=False)": (
+                lambda d: read_tensor(d, copy=False, fallback=True, cache=False),
+                data,
+            ),
             "torch.load(weights_only=True)": (
                 lambda d: torch.load(io.BytesIO(d), map_location="cpu", weights_only=True),
                 data,
@@ -195,7 +200,6 @@ def decode_costs(shard: Path, min_seconds: float = 0.05) -> dict[str, dict[str, 
             "webdataset default (unpickles)": (_webdataset_default_handler_unsafe, data),
             "npy (numpy.load)": (_npy_reader(tensor.dtype), npy),
             "frombuffer (floor)": (lambda d: torch.frombuffer(d, dtype=torch.uint8), data),
-            "templated, no copy (diagnostic)": (read_tensor_templated, data),
         }
         row: dict[str, float] = {"bytes": float(len(data))}
         for name, (fn, payload) in formats.items():

@@ -3,15 +3,14 @@
 Every pipeline reads the same generated shards and yields batches of ``batch_size`` samples, endlessly:
 
 * ``reference``: :func:`primus_energon.get_loader` with :class:`~primus_energon.EncodedDiffusionTaskEncoder`
-  (no decoder; the cooker reads tensors with :func:`~primus_energon.tensorfile.read_tensor`, one copy
-  each; ``batch()`` stacks them);
+  (no decoder; the cooker reads tensors with :func:`~primus_energon.tensorfile.read_tensor` as views of the
+  member bytes, most payloads through its layout cache; ``batch()``'s stack is the only copy);
 * ``floor``: the same loader and the same ``batch()`` with a cooker that decodes nothing: zero-copy
   ``torch.frombuffer`` uint8 views of the member bytes. Inside the stock loader no cooker beats it;
-* ``reference_zero_copy`` (diagnostic): the reference cooker with ``read_tensor(copy=False)``: the tensors
-  are views of the member bytes and ``batch()``'s stack is their only copy, as in the floor;
-* ``reference_templated`` (diagnostic): as ``reference_zero_copy``, with a cache of validated
-  ``torch.save`` layouts (:func:`read_tensor_templated`) that skips the zip and pickle parse of payloads
-  whose layout it has seen: what the reference would reach with both fixes;
+* ``reference_copying`` (diagnostic): the reference with the copying cooker ``cook_preencoded_diffusion``
+  (tensors own their memory; the stack copies them again): what zero-copy cooking gains;
+* ``reference_uncached`` (diagnostic): the reference with ``read_tensor(cache=False)``: what the layout
+  cache gains;
 * ``guide``: the integration guide's TaskEncoder: Energon's default ``SampleDecoder`` decodes ``.pth``
   members by unpickling them, the guide's cooker, and a ``batch()`` that stacks the three tensors. The
   default decoder runs code from a shard, so this pipeline exists only to be measured on the
@@ -38,13 +37,13 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, SampleDecoder, basic_sample_keys, stateless
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from primus_energon import DiffusionSample, EncodedDiffusionTaskEncoder, get_loader
+from primus_energon import PREENCODED_COOKER, DiffusionSample, EncodedDiffusionTaskEncoder, get_loader
 from primus_energon.payloads import decode_text
 from primus_energon.tensorfile import read_tensor
 
@@ -199,13 +198,10 @@ class FloorTaskEncoder(EncodedDiffusionTaskEncoder):
 
 
 @stateless
-def cook_zero_copy(sample: dict) -> DiffusionSample:
-    """The reference cooker with ``read_tensor(copy=False)``: tensors are read-only views of the member bytes.
-
-    Diagnostic only: it shows what the reference would gain if ``batch()``'s stack were the only copy.
-    """
+def cook_uncached(sample: dict) -> DiffusionSample:
+    """The reference cooker (no copy) with ``read_tensor(cache=False)``: every payload is parsed in full."""
     tensors = {
-        field: read_tensor(sample[member], copy=False, fallback=True)
+        field: read_tensor(sample[member], copy=False, fallback=True, cache=False)
         for member, field in (
             ("latents.pth", "latents"),
             ("prompt_embeds.pth", "prompt_embeds"),
@@ -217,135 +213,17 @@ def cook_zero_copy(sample: dict) -> DiffusionSample:
     return DiffusionSample(**basic_sample_keys(sample), **tensors, caption=caption)
 
 
-class ZeroCopyTaskEncoder(EncodedDiffusionTaskEncoder):
-    """The reference TaskEncoder with :func:`cook_zero_copy` (diagnostic pipeline)."""
+class UncachedTaskEncoder(EncodedDiffusionTaskEncoder):
+    """The reference TaskEncoder without the layout cache (diagnostic pipeline)."""
 
-    cookers = [Cooker(cook_zero_copy, has_subflavors={"encoding": "preencoded"})]
-
-
-# --- diagnostic: a template-cached tensor reader (a proposal for primus_energon.tensorfile) ------------------
+    cookers = [Cooker(cook_uncached, has_subflavors={"encoding": "preencoded"})]
 
 
-class _Template(NamedTuple):
-    """A validated ``torch.save`` layout: the bytes every payload of this layout shares, where its storage
-    lies, and the tensor the (already checked) ``data.pkl`` describes."""
+class CopyingTaskEncoder(EncodedDiffusionTaskEncoder):
+    """The reference TaskEncoder with the copying cooker ``cook_preencoded_diffusion`` (diagnostic
+    pipeline): tensors own their memory, so ``batch()``'s stack is a second copy."""
 
-    constant: tuple[tuple[int, int, bytes], ...]  # (start, end, bytes) that must match exactly
-    storage: tuple[int, int]  # (start, nbytes) of data/<key>
-    serialization_id: tuple[int, int] | None  # (start, end) of .data/serialization_id (must be UTF-8)
-    dtype: torch.dtype
-    offset: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    contiguous: bool
-
-
-_TEMPLATES: dict[int, list[_Template]] = {}
-_MAX_TEMPLATES = 64
-
-
-def _make_template(data: bytes) -> None:
-    """Parse ``data`` with tensorfile's full checks and remember its layout. Bytes that may differ between
-    payloads of one layout: the storage, the serialization id and every CRC-32, in the headers and in the
-    data descriptors (neither reader checks them); all others (zip headers, names, offsets, sizes, data.pkl, byteorder, version) must be equal,
-    and then the full parse would reach the same result, so a match may skip it."""
-    from primus_energon import tensorfile as tf
-
-    view = memoryview(data).cast("B")
-    archive = tf._open_archive(view)
-    tf._check_records(archive)
-    header = tf._parse_pickle(bytes(archive.record(b"data.pkl")))
-    start, nbytes = archive.entries[archive.folder + b"data/" + header.key.encode()]
-    if nbytes != header.nbytes:
-        return
-    tf._check_view(header, nbytes)
-    varying = [(start, start + nbytes)]
-    serial = archive.entries.get(archive.folder + b".data/serialization_id")
-    if serial is not None:
-        varying.append((serial[0], serial[0] + serial[1]))
-    total, position, _ = tf._directory_bounds(view)
-    for _ in range(total):
-        fields = tf._CENTRAL.unpack_from(view, position)
-        name = bytes(view[position + tf._CENTRAL.size : position + tf._CENTRAL.size + fields[5]])
-        varying += [(position + 16, position + 20), (fields[10] + 14, fields[10] + 18)]  # CRC-32 fields
-        if fields[1] & 0x8:  # sizes and CRC-32 in a data descriptor after the entry's bytes
-            after = sum(archive.entries[name])
-            crc = after + 4 if view[after : after + 4] == b"PK\x07\x08" else after
-            varying.append((crc, crc + 4))
-        position += tf._CENTRAL.size + fields[5] + fields[6] + fields[7]
-    constant, cursor = [], 0
-    for a, b in sorted(varying):
-        if a > cursor:
-            constant.append((cursor, a, bytes(view[cursor:a])))
-        cursor = max(cursor, b)
-    if cursor < len(view):
-        constant.append((cursor, len(view), bytes(view[cursor:])))
-    numel = math.prod(header.size)
-    contiguous = (
-        header.offset == 0
-        and nbytes == numel * header.dtype.itemsize
-        and header.stride == tuple(torch.empty(header.size, device="meta").stride())
-    )
-    templates = _TEMPLATES.setdefault(len(view), [])
-    if sum(len(t) for t in _TEMPLATES.values()) < _MAX_TEMPLATES:
-        templates.append(
-            _Template(
-                tuple(constant),
-                (start, nbytes),
-                None if serial is None else (serial[0], serial[0] + serial[1]),
-                header.dtype,
-                header.offset,
-                tuple(header.size),
-                tuple(header.stride),
-                contiguous,
-            )
-        )
-
-
-def read_tensor_templated(data: bytes, copy: bool = False) -> torch.Tensor:
-    """Diagnostic: :func:`~primus_energon.tensorfile.read_tensor`'s result, with a cache of validated
-    layouts so that payloads of a known layout skip the zip and pickle parse (about 7 µs instead of 23
-    per member, measured on 2 cores). Falls back to ``read_tensor`` for anything it has not seen."""
-    for template in _TEMPLATES.get(len(data), ()):
-        if all(data[a:b] == expected for a, b, expected in template.constant):
-            if template.serialization_id is not None:
-                data[template.serialization_id[0] : template.serialization_id[1]].decode("utf-8")
-            start, nbytes = template.storage
-            if template.contiguous:
-                count = nbytes // template.dtype.itemsize
-                tensor = torch.frombuffer(data, dtype=template.dtype, count=count, offset=start)
-                tensor = tensor.view(template.size)
-                return tensor.clone() if copy else tensor
-            raw = torch.frombuffer(data, dtype=torch.uint8, count=nbytes, offset=start)
-            raw = raw.clone() if copy else raw
-            return torch.empty(0, dtype=template.dtype).set_(
-                raw.untyped_storage(), template.offset, template.size, template.stride
-            )
-    if isinstance(data, bytes):
-        _make_template(data)
-    return read_tensor(data, copy=copy, fallback=True)
-
-
-@stateless
-def cook_templated(sample: dict) -> DiffusionSample:
-    """The reference cooker with :func:`read_tensor_templated` and no copy (diagnostic)."""
-    tensors = {
-        field: read_tensor_templated(sample[member])
-        for member, field in (
-            ("latents.pth", "latents"),
-            ("prompt_embeds.pth", "prompt_embeds"),
-            ("pooled_prompt_embeds.pth", "pooled_prompt_embeds"),
-        )
-    }
-    caption = sample.get(CAPTION_MEMBER)
-    caption = "" if caption is None else decode_text(caption, sample, CAPTION_MEMBER)
-    return DiffusionSample(**basic_sample_keys(sample), **tensors, caption=caption)
-
-
-class TemplatedTaskEncoder(EncodedDiffusionTaskEncoder):
-    """The reference TaskEncoder with :func:`cook_templated` (diagnostic pipeline)."""
-
-    cookers = [Cooker(cook_templated, has_subflavors={"encoding": "preencoded"})]
+    cookers = [PREENCODED_COOKER]
 
 
 @stateless
@@ -541,15 +419,15 @@ PIPELINES: dict[str, Pipeline] = {
             decoded=False,
         ),
         Pipeline(
-            "reference_zero_copy",
-            "diagnostic: the reference cooker with read_tensor(copy=False); the stack is the only copy",
-            _energon(ZeroCopyTaskEncoder),
+            "reference_copying",
+            "diagnostic: the reference with the copying cooker (cook_preencoded_diffusion): two copies per tensor",
+            _energon(CopyingTaskEncoder),
             diagnostic=True,
         ),
         Pipeline(
-            "reference_templated",
-            "diagnostic: zero-copy plus a cache of validated torch.save layouts (skips the zip/pickle parse)",
-            _energon(TemplatedTaskEncoder),
+            "reference_uncached",
+            "diagnostic: the reference without read_tensor's layout cache (every payload parsed in full)",
+            _energon(UncachedTaskEncoder),
             diagnostic=True,
         ),
         Pipeline(

@@ -20,8 +20,8 @@ __all__ = ["plot_results"]
 _STYLE = {
     "reference": {"color": "tab:red", "marker": "o", "linewidth": 2.5},
     "floor": {"color": "black", "marker": "s"},
-    "reference_zero_copy": {"color": "tab:pink", "marker": "o", "linestyle": ":"},
-    "reference_templated": {"color": "tab:orange", "marker": "o", "linestyle": ":"},
+    "reference_copying": {"color": "tab:pink", "marker": "o", "linestyle": ":"},
+    "reference_uncached": {"color": "tab:orange", "marker": "o", "linestyle": ":"},
     "guide": {"color": "tab:blue", "marker": "^"},
     "webdataset": {"color": "tab:green", "marker": "v"},
     "tarfile": {"color": "tab:purple", "marker": "D"},

@@ -484,11 +484,10 @@ def summarize(
         ("reference", "webdataset"),
         ("reference", "tarfile"),
         ("floor", "raw_read"),
-        ("reference_zero_copy", "floor"),
-        ("reference_zero_copy", "guide"),
-        ("reference_templated", "floor"),
-        ("reference_templated", "guide"),
-        ("reference_templated", "webdataset"),
+        ("reference_copying", "floor"),
+        ("reference_uncached", "floor"),
+        ("reference", "reference_copying"),
+        ("reference", "reference_uncached"),
     ]
     for size, nw in sorted({(r["size"], r["num_workers"]) for r in rows if r["kind"] == "pipeline"}):
         for a, b in pairs:

@@ -19,6 +19,7 @@ from .cookers import (
     RAW_IMAGE_MEMBERS,
     RAW_TEXT_MEMBER,
     cook_preencoded_diffusion,
+    cook_preencoded_diffusion_zero_copy,
     cook_raw_images,
 )
 from .dataloader import EnergonDataloader, MegatronDataloaderWrapper, cyclic_iter
@@ -37,6 +38,7 @@ from .payloads import decode_text, load_image, load_tensor
 from .sample import DiffusionSample
 from .task_encoders import (
     PREENCODED_COOKER,
+    PREENCODED_ZERO_COPY_COOKER,
     RAW_COOKER,
     REFERENCE_COOKERS,
     EncodedDiffusionTaskEncoder,
@@ -53,6 +55,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DiffusionSample",
     "cook_preencoded_diffusion",
+    "cook_preencoded_diffusion_zero_copy",
     "cook_raw_images",
     "PREENCODED_TENSOR_MEMBERS",
     "PREENCODED_CAPTION_MEMBER",
@@ -63,6 +66,7 @@ __all__ = [
     "RawDiffusionTaskEncoder",
     "MultiFormatTaskEncoder",
     "PREENCODED_COOKER",
+    "PREENCODED_ZERO_COPY_COOKER",
     "RAW_COOKER",
     "REFERENCE_COOKERS",
     "batch_preencoded",

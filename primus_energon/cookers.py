@@ -19,6 +19,7 @@ from .sample import DiffusionSample
 
 __all__ = [
     "cook_preencoded_diffusion",
+    "cook_preencoded_diffusion_zero_copy",
     "cook_raw_images",
     "PREENCODED_TENSOR_MEMBERS",
     "PREENCODED_CAPTION_MEMBER",
@@ -55,22 +56,40 @@ def _require(sample: Mapping[str, Any], member: str, what: str) -> Any:
     return value
 
 
-@stateless
-def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
-    """Cook a preencoded sample (VAE latents + text embeddings) into a :class:`DiffusionSample`.
-
-    Reads ``latents.pth``, ``prompt_embeds.pth`` and ``pooled_prompt_embeds.pth`` (required) and
-    ``caption.txt`` (optional, default ``""``). Raises :class:`~primus_energon.errors.MissingMemberError`,
-    :class:`~primus_energon.errors.PayloadDecodeError` or :class:`~primus_energon.errors.CaptionDecodeError`
-    (all ``ValueError``) naming the member, the sample key and its shard. Never unpickles anything but tensors.
-    """
+def _cook_preencoded(sample: dict, copy: bool) -> DiffusionSample:
     tensors = {
-        field: load_tensor(_require(sample, member, "a torch.save tensor file"), sample, member)
+        field: load_tensor(_require(sample, member, "a torch.save tensor file"), sample, member, copy=copy)
         for field, member in PREENCODED_TENSOR_MEMBERS.items()
     }
     caption = sample.get(PREENCODED_CAPTION_MEMBER)
     caption = "" if caption is None else decode_text(caption, sample, PREENCODED_CAPTION_MEMBER)
     return DiffusionSample(**basic_sample_keys(sample), **tensors, caption=caption)
+
+
+@stateless
+def cook_preencoded_diffusion(sample: dict) -> DiffusionSample:
+    """Cook a preencoded sample (VAE latents + text embeddings) into a :class:`DiffusionSample`.
+
+    Reads ``latents.pth``, ``prompt_embeds.pth`` and ``pooled_prompt_embeds.pth`` (required) and
+    ``caption.txt`` (optional, default ``""``). The tensors own their memory. Raises
+    :class:`~primus_energon.errors.MissingMemberError`, :class:`~primus_energon.errors.PayloadDecodeError`
+    or :class:`~primus_energon.errors.CaptionDecodeError` (all ``ValueError``) naming the member, the sample
+    key and its shard. Never unpickles anything but tensors.
+    """
+    return _cook_preencoded(sample, copy=True)
+
+
+@stateless
+def cook_preencoded_diffusion_zero_copy(sample: dict) -> DiffusionSample:
+    """:func:`cook_preencoded_diffusion` without copying: tensors read from member bytes are read-only
+    views of those bytes (Energon's, one object per member and sample, so samples never share memory).
+
+    For TaskEncoders whose ``batch()`` copies the tensors next, as stacking does: that copy is then the
+    only one (:class:`~primus_energon.EncodedDiffusionTaskEncoder` uses it). Never write into the tensors
+    (an in-place op before batching must ``clone()`` first), and do not keep them after batching unless a
+    copy is fine: each keeps its member's bytes alive.
+    """
+    return _cook_preencoded(sample, copy=False)
 
 
 @stateless

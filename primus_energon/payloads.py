@@ -62,8 +62,12 @@ def _read_path(value: str | os.PathLike, sample: Any, member: str) -> bytes:
         ) from error
 
 
-def load_tensor(value: Any, sample: Any, member: str) -> torch.Tensor:
+def load_tensor(value: Any, sample: Any, member: str, *, copy: bool = True) -> torch.Tensor:
     """Return the tensor held by ``value`` (see :data:`TensorSource`), never unpickling other objects.
+
+    ``copy=True`` returns a tensor that owns its memory. ``copy=False`` returns, for member bytes, a
+    read-only view of them (no copy; see :func:`~primus_energon.tensorfile.read_tensor`): for callers
+    that copy the tensor next anyway, such as a ``batch()`` that stacks it.
 
     Raises :class:`PayloadDecodeError` when the value is of another type, when the bytes are not a
     ``torch.save`` file, or when the file holds anything but one tensor.
@@ -82,7 +86,7 @@ def load_tensor(value: Any, sample: Any, member: str) -> torch.Tensor:
     try:
         # The fast reader accepts only one plain tensor and never unpickles; the few legitimate layouts it
         # does not parse itself (legacy format, Parameter, ...) go to torch.load(weights_only=True).
-        return read_tensor(value, copy=True, fallback=True)
+        return read_tensor(value, copy=copy, fallback=True)
     except TensorFileError as error:
         raise PayloadDecodeError(
             f"member {member!r} ({len(value)} bytes) is not a readable tensor file: {_why_refused(error)}",

@@ -16,7 +16,7 @@ from typing import Any
 from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, stateless
 
 from .batching import sample_keys, stack_field
-from .cookers import cook_preencoded_diffusion, cook_raw_images
+from .cookers import cook_preencoded_diffusion, cook_preencoded_diffusion_zero_copy, cook_raw_images
 from .errors import BatchError
 from .sample import DiffusionSample
 
@@ -26,6 +26,7 @@ __all__ = [
     "RawDiffusionTaskEncoder",
     "MultiFormatTaskEncoder",
     "PREENCODED_COOKER",
+    "PREENCODED_ZERO_COPY_COOKER",
     "RAW_COOKER",
     "REFERENCE_COOKERS",
     "batch_preencoded",
@@ -36,6 +37,11 @@ __all__ = [
 PREENCODED_COOKER = Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded"})
 RAW_COOKER = Cooker(cook_raw_images, has_subflavors={"encoding": "raw"})
 REFERENCE_COOKERS: tuple[Cooker, ...] = (PREENCODED_COOKER, RAW_COOKER)
+#: The preencoded cooker the reference TaskEncoders use: tensors are views of the member bytes, and
+#: ``batch()``'s stack is their only copy (see :func:`cook_preencoded_diffusion_zero_copy`).
+PREENCODED_ZERO_COPY_COOKER = Cooker(
+    cook_preencoded_diffusion_zero_copy, has_subflavors={"encoding": "preencoded"}
+)
 
 _UNSAFE_DECODER = (
     "{owner} must not set a decoder: Energon's SampleDecoder unpickles .pth members with "
@@ -112,9 +118,15 @@ class SafeDecodingTaskEncoder(DefaultTaskEncoder):
 
 class EncodedDiffusionTaskEncoder(SafeDecodingTaskEncoder):
     """TaskEncoder for preencoded datasets (``subflavors.encoding: preencoded``); batches are dicts of
-    stacked tensors (see :func:`batch_preencoded`)."""
+    stacked tensors (see :func:`batch_preencoded`) that own their memory.
 
-    cookers = [PREENCODED_COOKER]
+    Its cooker does not copy: the cooked samples' tensors are read-only views of the member bytes, and the
+    stack in ``batch()`` is their only copy. A subclass that modifies samples in place before batching
+    (in ``encode_sample``, say) must ``clone()`` first, or set ``cookers = [PREENCODED_COOKER]``, whose
+    tensors own their memory.
+    """
+
+    cookers = [PREENCODED_ZERO_COPY_COOKER]
 
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
@@ -138,10 +150,10 @@ class MultiFormatTaskEncoder(SafeDecodingTaskEncoder):
     """One TaskEncoder for every reference encoding, dispatched per dataset by ``subflavors.encoding``.
 
     A blend may mix encodings; each batch must still hold samples of one encoding, which then batch
-    as in :class:`EncodedDiffusionTaskEncoder` or :class:`RawDiffusionTaskEncoder`.
+    as in :class:`EncodedDiffusionTaskEncoder` (zero-copy cooking included) or :class:`RawDiffusionTaskEncoder`.
     """
 
-    cookers = list(REFERENCE_COOKERS)
+    cookers = [PREENCODED_ZERO_COPY_COOKER, RAW_COOKER]
 
     @stateless
     def batch(self, samples: list[Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from primus_energon import (
     MissingMemberError,
     PayloadDecodeError,
     cook_preencoded_diffusion,
+    cook_preencoded_diffusion_zero_copy,
     cook_raw_images,
 )
 from tests.helpers import assert_tensor_identical, crude_samples, read_members, tensor_from_bytes
@@ -37,16 +39,29 @@ def _where(sample: dict) -> tuple[str, str]:
     return sample["__key__"], sample["__sources__"][0].shard_name
 
 
+Cook = Callable[[dict], DiffusionSample]
+PREENCODED_COOKERS = [cook_preencoded_diffusion, cook_preencoded_diffusion_zero_copy]
+
+
+@pytest.fixture(params=PREENCODED_COOKERS, ids=["copying", "zero_copy"])
+def cook_preencoded(request: pytest.FixtureRequest) -> Cook:
+    """Each preencoded cooker: the two differ only in whether the tensors own their memory."""
+    return request.param
+
+
 def test_cookers_are_stateless() -> None:
     assert get_stateless(cook_preencoded_diffusion)
+    assert get_stateless(cook_preencoded_diffusion_zero_copy)
     assert get_stateless(cook_raw_images)
 
 
-def test_preencoded_matches_shard_bytes(crude: list[dict], preencoded_dataset: Path) -> None:
+def test_preencoded_matches_shard_bytes(
+    cook_preencoded: Cook, crude: list[dict], preencoded_dataset: Path
+) -> None:
     oracle = read_members(preencoded_dataset)
     assert sorted(s["__key__"] for s in crude) == sorted(oracle)
     for sample in crude:
-        cooked = cook_preencoded_diffusion(sample)
+        cooked = cook_preencoded(sample)
         assert isinstance(cooked, DiffusionSample)
         members = oracle[sample["__key__"]]
         for field, member in FIELDS.items():
@@ -57,54 +72,56 @@ def test_preencoded_matches_shard_bytes(crude: list[dict], preencoded_dataset: P
 
 
 def test_bytes_tensor_and_path_inputs_give_identical_samples(
-    crude: list[dict], preencoded_dataset: Path, tmp_path: Path
+    cook_preencoded: Cook, crude: list[dict], preencoded_dataset: Path, tmp_path: Path
 ) -> None:
     decoded = {s["__key__"]: s for s in crude_samples(preencoded_dataset, decoded=True)}
     for sample in crude[:6]:
-        from_bytes = cook_preencoded_diffusion(sample)
+        from_bytes = cook_preencoded(sample)
         other = decoded[sample["__key__"]]
         assert isinstance(other["latents.pth"], torch.Tensor) and isinstance(other["caption.txt"], str)
-        from_tensors = cook_preencoded_diffusion(other)
+        from_tensors = cook_preencoded(other)
         as_paths = dict(sample)
         for member in FIELDS.values():
             path = tmp_path / f"{sample['__key__']}.{member}"
             path.write_bytes(sample[member])
             as_paths[member] = str(path)
-        from_paths = cook_preencoded_diffusion(as_paths)
+        from_paths = cook_preencoded(as_paths)
         for field in FIELDS:
             assert_tensor_identical(getattr(from_tensors, field), getattr(from_bytes, field), field)
             assert_tensor_identical(getattr(from_paths, field), getattr(from_bytes, field), field)
         assert from_tensors.caption == from_bytes.caption == from_paths.caption
 
 
-def test_forwards_basic_sample_keys(crude: list[dict]) -> None:
+def test_forwards_basic_sample_keys(cook_preencoded: Cook, crude: list[dict]) -> None:
     sample = crude[0]
-    cooked = cook_preencoded_diffusion(sample)
+    cooked = cook_preencoded(sample)
     assert cooked.__key__ == sample["__key__"]
     assert cooked.__restore_key__ == sample["__restore_key__"]
     assert cooked.__subflavors__ == sample["__subflavors__"] == {"encoding": "preencoded"}
     assert cooked.__sources__ == sample["__sources__"]
 
 
-def test_input_dict_is_not_modified(crude: list[dict]) -> None:
+def test_input_dict_is_not_modified(cook_preencoded: Cook, crude: list[dict]) -> None:
     sample = crude[1]
     before = dict(sample)
-    cook_preencoded_diffusion(sample)
+    cook_preencoded(sample)
     assert sample.keys() == before.keys()
     assert all(sample[k] is before[k] for k in before)
 
 
-def test_missing_caption_gives_empty_string(crude: list[dict]) -> None:
+def test_missing_caption_gives_empty_string(cook_preencoded: Cook, crude: list[dict]) -> None:
     sample = {k: v for k, v in crude[2].items() if k != "caption.txt"}
-    assert cook_preencoded_diffusion(sample).caption == ""
+    assert cook_preencoded(sample).caption == ""
 
 
 @pytest.mark.parametrize("member", list(FIELDS.values()))
-def test_missing_required_member_names_member_key_and_shard(crude: list[dict], member: str) -> None:
+def test_missing_required_member_names_member_key_and_shard(
+    cook_preencoded: Cook, crude: list[dict], member: str
+) -> None:
     sample = {k: v for k, v in crude[3].items() if k != member}
     key, shard = _where(sample)
     with pytest.raises(MissingMemberError) as caught:
-        cook_preencoded_diffusion(sample)
+        cook_preencoded(sample)
     message = str(caught.value)
     assert isinstance(caught.value, ValueError)
     assert member in message and repr(key) in message and shard in message
@@ -120,7 +137,9 @@ def test_missing_required_member_names_member_key_and_shard(crude: list[dict], m
         (12345, "is a int"),
     ],
 )
-def test_non_tensor_payload_is_refused_with_context(crude: list[dict], payload: object, reason: str) -> None:
+def test_non_tensor_payload_is_refused_with_context(
+    cook_preencoded: Cook, crude: list[dict], payload: object, reason: str
+) -> None:
     if payload == "torch.save of a dict":
         buffer = io.BytesIO()
         torch.save({"latents": torch.zeros(2)}, buffer)
@@ -128,7 +147,7 @@ def test_non_tensor_payload_is_refused_with_context(crude: list[dict], payload: 
     sample = dict(crude[4], **{"prompt_embeds.pth": payload})
     key, shard = _where(sample)
     with pytest.raises(PayloadDecodeError, match=re.escape(reason)) as caught:
-        cook_preencoded_diffusion(sample)
+        cook_preencoded(sample)
     assert (
         "prompt_embeds.pth" in str(caught.value)
         and repr(key) in str(caught.value)
@@ -136,23 +155,23 @@ def test_non_tensor_payload_is_refused_with_context(crude: list[dict], payload: 
     )
 
 
-def test_truncated_tensor_file_is_refused(crude: list[dict]) -> None:
+def test_truncated_tensor_file_is_refused(cook_preencoded: Cook, crude: list[dict]) -> None:
     sample = dict(crude[5], **{"latents.pth": crude[5]["latents.pth"][:-40]})
     with pytest.raises(PayloadDecodeError, match="latents.pth"):
-        cook_preencoded_diffusion(sample)
+        cook_preencoded(sample)
 
 
-def test_unreadable_path_is_refused(crude: list[dict], tmp_path: Path) -> None:
+def test_unreadable_path_is_refused(cook_preencoded: Cook, crude: list[dict], tmp_path: Path) -> None:
     sample = dict(crude[5], **{"latents.pth": str(tmp_path / "nope.pth")})
     with pytest.raises(PayloadDecodeError, match="cannot be read"):
-        cook_preencoded_diffusion(sample)
+        cook_preencoded(sample)
 
 
-def test_non_utf8_caption_names_member_key_and_shard(crude: list[dict]) -> None:
+def test_non_utf8_caption_names_member_key_and_shard(cook_preencoded: Cook, crude: list[dict]) -> None:
     sample = dict(crude[6], **{"caption.txt": "caf\u00e9".encode("latin-1")})
     key, shard = _where(sample)
     with pytest.raises(CaptionDecodeError) as caught:
-        cook_preencoded_diffusion(sample)
+        cook_preencoded(sample)
     message = str(caught.value)
     assert "caption.txt" in message and "UTF-8" in message and repr(key) in message and shard in message
 
@@ -191,3 +210,17 @@ def test_raw_garbage_image_raises_with_context(raw_datasets: dict[str, Path]) ->
     with pytest.raises(PayloadDecodeError, match="not a decodable image") as caught:
         cook_raw_images(sample)
     assert repr(sample["__key__"]) in str(caught.value)
+
+
+def test_zero_copy_tensors_view_the_member_bytes_and_copies_own_theirs(crude: list[dict]) -> None:
+    sample = crude[0]
+    views = cook_preencoded_diffusion_zero_copy(sample)
+    owned = cook_preencoded_diffusion(sample)
+    for field, member in FIELDS.items():
+        data = sample[member]
+        start = torch.frombuffer(data, dtype=torch.uint8).data_ptr()
+        inside = start <= getattr(views, field).data_ptr() < start + len(data)
+        assert inside, f"{field} of the zero-copy cooker is not a view of {member}"
+        owned_ptr = getattr(owned, field).data_ptr()
+        assert not start <= owned_ptr < start + len(data), f"{field} of the copying cooker aliases {member}"
+        assert_tensor_identical(getattr(views, field), getattr(owned, field), field)

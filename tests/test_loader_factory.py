@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,65 @@ def test_argument_errors(preencoded_dataset: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="0 <= rank < world_size"):
         resolve_rank(rank=2, world_size=2)
     assert resolve_rank() == (0, 1)
+
+
+def _wrapper_types(dataset: object) -> list[str]:
+    """The types of Energon's dataset wrappers, outermost first."""
+    names = []
+    while dataset is not None:
+        names.append(type(dataset).__name__)
+        dataset = getattr(dataset, "dataset", None)
+    return names
+
+
+def test_garbage_collection_is_off_by_default_and_can_be_set(preencoded_dataset: Path) -> None:
+    with get_loader(preencoded_dataset, EncodedDiffusionTaskEncoder, batch_size=4, num_workers=0) as off:
+        assert "GcDataset" not in _wrapper_types(off.dataloader.dataset)
+    with get_loader(
+        preencoded_dataset,
+        EncodedDiffusionTaskEncoder,
+        batch_size=4,
+        num_workers=0,
+        gc_collect_every_n_steps=10,
+    ) as on:
+        assert "GcDataset" in _wrapper_types(on.dataloader.dataset)
+
+
+class _Cycle:
+    """An object that refers to itself: reference counting never frees it, only the garbage collector."""
+
+    def __init__(self, payload: object) -> None:
+        self.payload, self.me = payload, self
+
+
+class _CyclicTaskEncoder(EncodedDiffusionTaskEncoder):
+    """A deliberately leaky TaskEncoder: each batch leaves cyclic garbage behind that holds its latents."""
+
+    def batch(self, samples: list) -> dict:
+        out = super().batch(samples)
+        _Cycle(out["latents"])
+        return out
+
+
+def _batches_alive_after_dropping(dataset: Path, task_encoder: type, count: int = 8) -> int:
+    """How many of `count` dropped batches are still alive with the garbage collector off (the last one
+    may be held by the loader's generators until the next step, so it is not counted)."""
+    gc.collect()
+    gc.disable()
+    try:
+        with get_loader(dataset, task_encoder, batch_size=4, num_workers=0) as loader:
+            refs = []
+            for _ in range(count + 1):
+                batch = next(loader)
+                refs.append(weakref.ref(batch["latents"]))
+                del batch
+            return sum(ref() is not None for ref in refs[:-1])
+    finally:
+        gc.enable()
+
+
+def test_reference_batches_are_freed_without_the_garbage_collector(preencoded_dataset: Path) -> None:
+    """Why garbage collection can be off: the reference path makes no reference cycles, so each batch is
+    freed as soon as it is dropped. A TaskEncoder that makes cycles keeps every batch until a collection."""
+    assert _batches_alive_after_dropping(preencoded_dataset, EncodedDiffusionTaskEncoder) == 0
+    assert _batches_alive_after_dropping(preencoded_dataset, _CyclicTaskEncoder) == 8

@@ -10,7 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from megatron.energon import SampleDecoder
@@ -22,6 +24,7 @@ from primus_energon import (
     RawDiffusionTaskEncoder,
     SafeDecodingTaskEncoder,
     cook_preencoded_diffusion,
+    cook_preencoded_diffusion_zero_copy,
     get_loader,
 )
 from synthetic import generate_dataset, write_metadataset
@@ -72,11 +75,12 @@ def test_payload_is_live_through_energons_default_decoder(tmp_path: Path) -> Non
     )
 
 
-def test_bare_cooker_refuses_payload(tmp_path: Path, unsafe_env: None) -> None:
+@pytest.mark.parametrize("cook", [cook_preencoded_diffusion, cook_preencoded_diffusion_zero_copy])
+def test_bare_cooker_refuses_payload(tmp_path: Path, unsafe_env: None, cook: Callable[[dict], Any]) -> None:
     dataset, marker, key, member = _malicious(tmp_path)
     (sample,) = [s for s in crude_samples(dataset) if s["__key__"] == key]
     with pytest.raises(PayloadDecodeError) as caught:
-        cook_preencoded_diffusion(sample)
+        cook(sample)
     assert (caught.value.key, caught.value.member) == (key, member)
     assert (
         repr(key) in str(caught.value)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from primus_energon import (
+    PREENCODED_ZERO_COPY_COOKER,
     BatchError,
     BatchShapeError,
     DiffusionSample,
@@ -15,10 +16,17 @@ from primus_energon import (
     MultiFormatTaskEncoder,
     RawDiffusionTaskEncoder,
     batch_preencoded,
+    cook_preencoded_diffusion_zero_copy,
     get_loader,
 )
 from synthetic import generate_dataset, write_metadataset
-from tests.helpers import SMALL_SHAPES, assert_tensor_identical, read_members, tensor_from_bytes
+from tests.helpers import (
+    SMALL_SHAPES,
+    assert_tensor_identical,
+    crude_samples,
+    read_members,
+    tensor_from_bytes,
+)
 
 
 def _one_pass(path: Path | str, task_encoder, batch_size: int, **kwargs) -> list[dict]:
@@ -134,3 +142,48 @@ def test_no_matching_cooker_is_reported_when_the_loader_is_built(raw_datasets: d
         ValueError, match=r"No cooker found.*registers cookers for \[\{'encoding': 'preencoded'\}\]"
     ):
         get_loader(raw_datasets["jpg"], EncodedDiffusionTaskEncoder, batch_size=2, num_workers=0)
+
+
+def _cooked(preencoded_dataset: Path, count: int) -> tuple[list[dict], list[DiffusionSample]]:
+    crude = crude_samples(preencoded_dataset)[:count]
+    return crude, [cook_preencoded_diffusion_zero_copy(sample) for sample in crude]
+
+
+def test_the_reference_encoder_cooks_without_copying_and_batches_own_their_memory(
+    preencoded_dataset: Path,
+) -> None:
+    assert EncodedDiffusionTaskEncoder.cookers == [PREENCODED_ZERO_COPY_COOKER]
+    crude, samples = _cooked(preencoded_dataset, 4)
+    members = [(sample, member) for sample in crude for member in sample if member.endswith(".pth")]
+    starts = [torch.frombuffer(sample[member], dtype=torch.uint8).data_ptr() for sample, member in members]
+    spans = [(start, start + len(s[m])) for start, (s, m) in zip(starts, members, strict=True)]
+    before = [bytes(sample[member]) for sample, member in members]
+    batch = EncodedDiffusionTaskEncoder().batch(samples)
+    for field in ("latents", "prompt_embeds", "pooled_prompt_embeds"):
+        pointer = batch[field].untyped_storage().data_ptr()
+        assert not any(start <= pointer < end for start, end in spans), f"batch {field} aliases member bytes"
+        batch[field].zero_()  # writing into the batch ...
+    assert [bytes(sample[member]) for sample, member in members] == before  # ... leaves the shard bytes alone
+    assert not batch["latents"].any()
+
+
+class _BatchInWorker(torch.utils.data.IterableDataset):
+    """Batches cooked samples inside a real DataLoader worker and reports whether each stacked tensor was
+    allocated in shared memory there (before the DataLoader moves anything)."""
+
+    def __init__(self, samples: list[DiffusionSample]) -> None:
+        self.samples = samples
+
+    def __iter__(self):
+        batch = EncodedDiffusionTaskEncoder().batch(self.samples)
+        yield {
+            field: batch[field].is_shared() for field in ("latents", "prompt_embeds", "pooled_prompt_embeds")
+        }
+
+
+def test_batches_are_stacked_straight_into_shared_memory_in_a_worker(preencoded_dataset: Path) -> None:
+    _, samples = _cooked(preencoded_dataset, 4)
+    in_worker = list(torch.utils.data.DataLoader(_BatchInWorker(samples), batch_size=None, num_workers=1))
+    assert in_worker == [dict.fromkeys(("latents", "prompt_embeds", "pooled_prompt_embeds"), True)]
+    in_process = EncodedDiffusionTaskEncoder().batch(samples)
+    assert not in_process["latents"].is_shared()  # outside a worker a plain stack: nothing to share
