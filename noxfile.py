@@ -16,6 +16,7 @@ nox.options.sessions = ["lint", "tests"]
 #: The reference targets `nox -s conformance` checks when it is given no target of its own.
 REFERENCE_TARGETS = (
     "--cooker=primus_energon:PREENCODED_COOKER",
+    "--cooker=primus_energon:PREENCODED_ZERO_COPY_COOKER",
     "--cooker=primus_energon:RAW_COOKER",
     "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
     "--task-encoder=primus_energon:RawDiffusionTaskEncoder",
