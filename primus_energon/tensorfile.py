@@ -600,7 +600,10 @@ class _Layout(NamedTuple):
 
 
 _LAYOUTS: dict[int, list[_Layout]] = {}  # payload length -> layouts of that length
-_MAX_LAYOUTS = 1024  # each costs about a kilobyte (the archive minus its storage); later ones are not kept
+_MAX_LAYOUTS = 1024  # later ones are not kept
+# A layout keeps the archive minus its storage: about 1.5 KiB for torch.save's. A crafted archive the parse
+# accepts may carry far more (long extra fields, say); such layouts are not kept, so the cache stays small.
+_MAX_LAYOUT_BYTES = 16 << 10
 _layout_count = 0
 _CRC_AT_CENTRAL, _CRC_AT_LOCAL = 16, 14  # offsets of the CRC-32 field in the two zip header kinds
 _DESCRIPTOR_MAGIC = b"PK\x07\x08"
@@ -635,7 +638,7 @@ def _layout_of(archive: _Archive, header: _Header, storage: tuple[int, int]) -> 
         varying.append((crc, crc + 4))
         cursor = crc + 4
     read.append((cursor, len(view)))
-    if not _disjoint(varying, read, len(view)):
+    if len(view) - (storage[1] - storage[0]) > _MAX_LAYOUT_BYTES or not _disjoint(varying, read, len(view)):
         return None
     constant, cursor = [], 0
     for a, b in sorted(varying):

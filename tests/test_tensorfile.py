@@ -888,6 +888,18 @@ def test_the_cache_is_bounded(empty_cache: None, monkeypatch: pytest.MonkeyPatch
     assert_same(read_tensor(payloads[2]), torch_load(payloads[2]))  # still read, by the full parse
 
 
+def test_layouts_with_much_more_than_torch_saves_overhead_are_not_kept(
+    empty_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overhead = len(TWELVE_FLOATS) - 48  # the archive minus its storage
+    monkeypatch.setattr(tensorfile, "_MAX_LAYOUT_BYTES", overhead - 1)
+    assert_same(read_tensor(TWELVE_FLOATS), torch_load(TWELVE_FLOATS))
+    assert tensorfile._layout_count == 0
+    monkeypatch.setattr(tensorfile, "_MAX_LAYOUT_BYTES", overhead)
+    read_tensor(TWELVE_FLOATS)
+    assert tensorfile._layout_count == 1
+
+
 def test_a_bad_serialization_id_is_refused_also_with_the_layout_remembered(empty_cache: None) -> None:
     read_tensor(TWELVE_FLOATS)
     payload = bytearray(save(torch.arange(12, dtype=torch.float32)))
