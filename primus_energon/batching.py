@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import default_collate
 
 from .errors import BatchShapeError
 
@@ -24,8 +23,11 @@ def sample_keys(samples: Sequence[Any]) -> list[str]:
 
 def stack_field(samples: Sequence[Any], field: str, get: Callable[[Any, str], Any] = _getter) -> torch.Tensor:
     """``torch.stack`` of ``field`` over ``samples`` (row i is sample i's value), into a new tensor that
-    owns its memory. In a loader worker the stack goes straight into shared memory (torch's
-    ``default_collate`` does that), so the batch crosses to the main process without another copy.
+    owns its memory.
+
+    Unlike torch's ``default_collate`` it does not stack into shared memory inside a loader worker: that
+    saves the copy into shared memory when the batch is sent, but measured 30% slower with one worker on
+    FLUX-sized batches (``benchmarks/RESULTS.md``).
 
     Raises :class:`~primus_energon.errors.BatchShapeError` naming each distinct shape/dtype and the
     keys of the samples that have it, instead of torch's bare size-mismatch error.
@@ -33,7 +35,7 @@ def stack_field(samples: Sequence[Any], field: str, get: Callable[[Any, str], An
     values = [get(sample, field) for sample in samples]
     first = values[0]
     if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-        return default_collate(values)
+        return torch.stack(values)
     groups: dict[tuple[Any, ...], list[str]] = {}
     for sample, value in zip(samples, values, strict=True):
         signature = (tuple(value.shape), str(value.dtype).removeprefix("torch."))

@@ -91,7 +91,7 @@ def get_loader(
         batch_size: samples per batch (per rank).
         num_workers: loader worker processes (0 loads in the calling process). Workers pay off only where
             cores are free while the training step runs: each batch crosses to the main process through
-            shared memory (the stack writes it there directly), and on a 2-core machine nw=0 was fastest.
+            shared memory, and on a 2-core machine nw=0 was fastest.
         seed: Energon's ``seed_offset``; it fixes the shuffle, the blend and every worker's RNG.
             The order also depends on rank, world size and ``num_workers``.
         mode: ``"train"``: shuffled, repeating (``repeat=False`` for one epoch), split ``train``;

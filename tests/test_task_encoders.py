@@ -165,25 +165,3 @@ def test_the_reference_encoder_cooks_without_copying_and_batches_own_their_memor
         batch[field].zero_()  # writing into the batch ...
     assert [bytes(sample[member]) for sample, member in members] == before  # ... leaves the shard bytes alone
     assert not batch["latents"].any()
-
-
-class _BatchInWorker(torch.utils.data.IterableDataset):
-    """Batches cooked samples inside a real DataLoader worker and reports whether each stacked tensor was
-    allocated in shared memory there (before the DataLoader moves anything)."""
-
-    def __init__(self, samples: list[DiffusionSample]) -> None:
-        self.samples = samples
-
-    def __iter__(self):
-        batch = EncodedDiffusionTaskEncoder().batch(self.samples)
-        yield {
-            field: batch[field].is_shared() for field in ("latents", "prompt_embeds", "pooled_prompt_embeds")
-        }
-
-
-def test_batches_are_stacked_straight_into_shared_memory_in_a_worker(preencoded_dataset: Path) -> None:
-    _, samples = _cooked(preencoded_dataset, 4)
-    in_worker = list(torch.utils.data.DataLoader(_BatchInWorker(samples), batch_size=None, num_workers=1))
-    assert in_worker == [dict.fromkeys(("latents", "prompt_embeds", "pooled_prompt_embeds"), True)]
-    in_process = EncodedDiffusionTaskEncoder().batch(samples)
-    assert not in_process["latents"].is_shared()  # outside a worker a plain stack: nothing to share
