@@ -680,20 +680,30 @@ def _match(data: bytes | bytearray | memoryview, view: memoryview) -> _Layout | 
     layouts = _LAYOUTS.get(len(view))
     if layouts is None:
         return None
-    source = (
-        data if type(data) is bytes or type(data) is bytearray else view
-    )  # their slices compare by memcmp
-    for layout in layouts:
+    if type(data) is bytes or type(data) is bytearray:  # their slices compare with memcmp
+        for layout in layouts:
+            for start, end, expected in layout.constant:
+                if data[start:end] != expected:
+                    break
+            else:
+                return _checked(layout, data)
+        return None
+    for layout in layouts:  # a memoryview compares item by item, so its slices are copied out first
         for start, end, expected in layout.constant:
-            if source[start:end] != expected:
+            if view[start:end].tobytes() != expected:
                 break
         else:
-            if layout.serialization_id is not None:
-                start, end = layout.serialization_id
-                if not _is_utf8(bytes(source[start:end])):
-                    return None  # the full parse refuses it, with its own message
-            return layout
+            return _checked(layout, view)
     return None
+
+
+def _checked(layout: _Layout, source: bytes | bytearray | memoryview) -> _Layout | None:
+    """``layout`` if the serialization id in ``source`` (which matched it) is UTF-8, as the parse requires."""
+    if layout.serialization_id is not None:
+        start, end = layout.serialization_id
+        if not _is_utf8(bytes(source[start:end])):
+            return None  # the full parse refuses it, with its own message
+    return layout
 
 
 def _remember(view: memoryview, layout: _Layout) -> None:

@@ -806,7 +806,7 @@ def test_broken_record_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- the layout cache ----------------------------------------------------------------------------------
 
 
-def outcome(payload: bytes, **kwargs: bool) -> tuple[object, ...]:
+def outcome(payload: bytes | bytearray | memoryview, **kwargs: bool) -> tuple[object, ...]:
     """What read_tensor does with payload: the tensor's full description, or the error's type and message."""
     try:
         got = read_tensor(payload, **kwargs)
@@ -842,22 +842,25 @@ def empty_cache() -> Iterator[None]:
 
 @CI
 @given(
+    st.data(),
     views(DTYPES),
     st.lists(st.tuples(st.integers(0), st.integers(1, 255)), min_size=1, max_size=3),
     st.booleans(),
 )
 def test_a_remembered_layout_reads_exactly_what_the_parse_reads(
-    tensor: torch.Tensor, flips: list[tuple[int, int]], copy: bool
+    data: st.DataObject, tensor: torch.Tensor, flips: list[tuple[int, int]], copy: bool
 ) -> None:
-    """With a payload's layout remembered, another payload of that layout with any bytes flipped gives what
-    the full parse gives: the same tensor (storage bytes included) or the same refusal."""
+    """With a payload's layout remembered, another payload of that layout with any bytes flipped, held in
+    bytes, a bytearray or a memoryview, gives what the full parse gives: the same tensor (storage bytes
+    included) or the same refusal."""
     tensorfile.clear_layout_cache()
     read_tensor(save(tensor))
     assert tensorfile._layout_count == 1, "torch.save's layout was not remembered"
     payload = bytearray(save(tensor))  # another serialization id, CRCs equal or not
     for position, mask in flips:
         payload[position % len(payload)] ^= mask
-    assert outcome(bytes(payload), copy=copy) == outcome(bytes(payload), copy=copy, cache=False)
+    container = data.draw(containers(bytes(payload)))
+    assert outcome(container, copy=copy) == outcome(container, copy=copy, cache=False)
 
 
 def test_a_remembered_layout_skips_the_parse(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -934,3 +937,14 @@ def test_broken_overlap_check_is_caught(empty_cache: None, monkeypatch: pytest.M
     tensorfile.clear_layout_cache()
     read_tensor(payload)
     assert outcome(bytes(broken)) != outcome(bytes(broken), cache=False)
+
+
+def test_broken_match_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache that matched payloads by length alone would read flipped headers the parse refuses: the
+    equality property fails."""
+    monkeypatch.setattr(
+        tensorfile, "_match", lambda data, view: next(iter(tensorfile._LAYOUTS.get(len(view), [])), None)
+    )
+    with pytest.raises(AssertionError):
+        test_a_remembered_layout_reads_exactly_what_the_parse_reads()
+    tensorfile.clear_layout_cache()
