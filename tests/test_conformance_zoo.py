@@ -14,6 +14,7 @@ FAST_PROPERTIES = ["accepted", "keys", "fidelity", "purity", "bad_input", "batch
 
 REFERENCE_TARGETS = {
     "PREENCODED_COOKER": ("cooker", "primus_energon:PREENCODED_COOKER"),
+    "PREENCODED_ZERO_COPY_COOKER": ("cooker", "primus_energon:PREENCODED_ZERO_COPY_COOKER"),
     "RAW_COOKER": ("cooker", "primus_energon:RAW_COOKER"),
     "EncodedDiffusionTaskEncoder": ("task_encoder", "primus_energon:EncodedDiffusionTaskEncoder"),
     "RawDiffusionTaskEncoder": ("task_encoder", "primus_energon:RawDiffusionTaskEncoder"),

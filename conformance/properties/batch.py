@@ -1,11 +1,13 @@
 """Property 11, batch contract (TaskEncoders): every stacked tensor has leading dimension B; row i is
 sample i's field; list fields keep batch order; nothing is dropped, duplicated or reordered; samples of
 mismatched shapes give an error that names them (or, if the TaskEncoder does not stack that field, keep
-each sample's value intact)."""
+each sample's value intact); ``encode_sample`` and ``batch()`` write neither into the samples they are
+given nor into the crude member bytes (a zero-copy cooker's tensors are views of those bytes)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 from typing import Any
 
@@ -20,7 +22,7 @@ from synthetic.manifest import Manifest
 from ..context import CheckContext
 from ..data import read_crude
 from ..execution import matching_cooker, worker_context
-from ..fingerprint import fingerprint
+from ..fingerprint import fingerprint, first_difference
 from ..results import PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
 
@@ -127,8 +129,53 @@ def check(ctx: CheckContext) -> dict:
             stats["batches"] += 1
 
         contract()
+        _inputs_left_alone(ctx, task_encoder, crude[:4])
         _mismatched_shapes(ctx, task_encoder, encoding, decoded)
     return stats
+
+
+def _snapshot(crude: dict) -> dict[str, Any]:
+    """What each member of a crude sample holds now (bytes by digest: a fingerprint would share the object)."""
+    return {
+        key: hashlib.sha256(value).hexdigest() if isinstance(value, (bytes, bytearray)) else fingerprint(value)
+        for key, value in crude.items()
+    }
+
+
+def _inputs_left_alone(ctx: CheckContext, task_encoder: TaskEncoder, crude: list[dict]) -> None:
+    """Cook, encode and batch fresh copies of ``crude`` (member bytes copied too: in-place writes must not
+    reach the suite's own data); neither the crude members nor the encoded samples may change."""
+    sources = [{k: bytes(v) if isinstance(v, bytes) else copy.deepcopy(v) for k, v in s.items()} for s in crude]
+    crude_before = [_snapshot(source) for source in sources]
+    samples = []
+    cookers = task_encoder.cookers
+    for index, source in enumerate(sources):
+        cooker = cookers[matching_cooker(cookers, source.get("__subflavors__")) or 0]
+        with worker_context(ctx.seed, index):
+            encoded = task_encoder.encode_sample(cooker.cook(source))
+        if inspect.isgenerator(encoded):
+            return  # several samples per input: rows cannot be matched (the contract check says so)
+        samples.append(encoded)
+    samples_before = [fingerprint(sample) for sample in samples]
+    _batch(task_encoder, samples, ctx.seed)
+    for source, before in zip(sources, crude_before, strict=True):
+        changed = sorted(k for k, digest in _snapshot(source).items() if before.get(k) != digest)
+        if changed:
+            fail(
+                f"cooking and encoding sample {source.get('__key__')!r} wrote into its crude member(s) {changed}. "
+                "With a zero-copy cooker the tensors are views of the bytes Energon read: clone() before "
+                "modifying a tensor in place in encode_sample or batch(), or use a cooker whose tensors own "
+                "their memory",
+                ctx.reproduce("batch"),
+            )
+    for sample, before in zip(samples, samples_before, strict=True):
+        if fingerprint(sample) != before:
+            fail(
+                f"batch() modified sample {get_field(sample, '__key__')!r} in place "
+                f"({first_difference(before, fingerprint(sample))}). batch() must leave its samples as they "
+                "are (Energon may batch a restored sample again); compute into new tensors",
+                ctx.reproduce("batch"),
+            )
 
 
 def _mismatched_shapes(

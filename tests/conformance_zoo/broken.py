@@ -22,7 +22,13 @@ from megatron.energon import (
     stateless,
 )
 
-from primus_energon import DiffusionSample, batch_preencoded, cook_preencoded_diffusion, load_tensor
+from primus_energon import (
+    DiffusionSample,
+    EncodedDiffusionTaskEncoder,
+    batch_preencoded,
+    cook_preencoded_diffusion,
+    load_tensor,
+)
 from primus_energon.cookers import PREENCODED_TENSOR_MEMBERS
 
 _MEMBERS = dict(PREENCODED_TENSOR_MEMBERS)
@@ -324,6 +330,26 @@ class UnseededAugmentationTaskEncoder(_Base):
 
 
 #: name -> (kind, spec, options, the property that must fail)
+class InPlaceEncodeTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Scales the latents in place in encode_sample: the reference cooker's tensors are views of Energon's
+    member bytes, so this rewrites the shard data it was handed (harmless with a copying cooker)."""
+
+    @stateless
+    def encode_sample(self, sample: DiffusionSample) -> DiffusionSample:
+        sample.latents.mul_(0.18215)
+        return sample
+
+
+class InPlaceBatchTaskEncoder(_Base):
+    """Centres each sample's latents in place before stacking: the samples it was given change."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        for sample in samples:
+            sample.latents.sub_(sample.latents.mean())
+        return batch_preencoded(samples)
+
+
 BROKEN_TARGETS: dict[str, tuple[str, str, dict, str]] = {
     "cook function without @stateless": (
         "cooker",
@@ -370,5 +396,7 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str]] = {
     "drops a sample": ("task_encoder", "DropsLastTaskEncoder", {}, "batch"),
     "bare torch.stack error": ("task_encoder", "BareStackTaskEncoder", {}, "batch"),
     "pads mismatched shapes silently": ("task_encoder", "PadsSilentlyTaskEncoder", {}, "batch"),
+    "scales zero-copy latents in place": ("task_encoder", "InPlaceEncodeTaskEncoder", {}, "batch"),
+    "normalizes samples in place in batch()": ("task_encoder", "InPlaceBatchTaskEncoder", {}, "batch"),
     "unseeded augmentation": ("task_encoder", "UnseededAugmentationTaskEncoder", {}, "resume"),
 }
