@@ -580,7 +580,7 @@ def _check_view(header: _Header, storage_bytes: int) -> None:
 #
 # Tensors of one dtype and shape saved by one torch version are the same archive with other storage bytes:
 # the zip headers, names, offsets, data.pkl and the small records are equal byte for byte, and only the
-# storage, the CRC-32 fields and the random serialization id differ. The full parse reads none of those
+# storage, the random serialization id and the CRC-32 fields of those two records differ. The full parse reads none of those
 # bytes (it does not check CRCs, as torch.load does not) except the serialization id, which it only
 # requires to be UTF-8. So once the parse has accepted a payload, another payload of the same length that
 # equals it everywhere else, and whose serialization id is UTF-8, would be accepted with the same header:
@@ -620,14 +620,16 @@ def _layout_of(archive: _Archive, header: _Header, storage: tuple[int, int]) -> 
     for central, local, flags in archive.headers:
         name_len, extra_len = _LOCAL.unpack_from(view, local)[1:]
         start = local + _LOCAL.size + name_len + extra_len
-        crc = local + _CRC_AT_LOCAL
-        read += [(local, crc), (crc + 4, start)]  # ... each local header around its CRC-32 field ...
-        varying.append((crc, crc + 4))
-        central_crcs.append(central + _CRC_AT_CENTRAL)
         name = bytes(view[local + _LOCAL.size : local + _LOCAL.size + name_len])
         data = (start, start + archive.entries[name][1])
-        if data != storage and data != serial:
-            read.append(data)  # ... the records' bytes ...
+        if data != storage and data != serial:  # ... a record equal in every payload of the layout ...
+            read += [(local, start), data]
+            continue
+        # ... and, for the storage and the serialization id, whose CRC-32s differ too, the header around them
+        crc = local + _CRC_AT_LOCAL
+        read += [(local, crc), (crc + 4, start)]
+        varying.append((crc, crc + 4))
+        central_crcs.append(central + _CRC_AT_CENTRAL)
         if flags & 0x8:  # a data descriptor follows the bytes: [signature], CRC-32, sizes
             after = data[1]
             crc = after + 4 if view[after : after + 4] == _DESCRIPTOR_MAGIC else after

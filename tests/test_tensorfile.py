@@ -925,11 +925,12 @@ def test_broken_overlap_check_is_caught(empty_cache: None, monkeypatch: pytest.M
     """A cache that remembered a layout whose varying bytes overlap bytes the parse reads would accept a
     payload the parse refuses: the equality property fails."""
     payload = with_flag_bit_3(replace(TWELVE_FLOATS))
-    # The data.pkl entry's 'descriptor CRC' is the next local header's magic, which the parse checks.
+    # The storage entry's 'descriptor CRC' is the next local header's magic, which the parse checks.
     with zipfile.ZipFile(io.BytesIO(payload)) as archive:
-        second_header = archive.infolist()[1].header_offset
+        names = [info.filename for info in archive.infolist()]
+        after_storage = archive.infolist()[names.index("archive/data/0") + 1].header_offset
     broken = bytearray(payload)
-    broken[second_header : second_header + 4] = b"XXXX"
+    broken[after_storage : after_storage + 4] = b"XXXX"
     read_tensor(payload)
     assert outcome(bytes(broken)) == outcome(bytes(broken), cache=False)
     assert "malformed local header" in outcome(bytes(broken))[1]
