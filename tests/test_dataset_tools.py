@@ -641,3 +641,11 @@ def test_reader_agrees_with_tarfile(entries, fmt):
         want = [(m.name, tf.extractfile(m).read(), m.offset) for m in tf if m.isreg()]  # type: ignore[union-attr]
     got = [(m.name, bytes(d or b""), m.offset) for m, d in iter_members(raw)]
     assert got == want
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.binary(min_size=512, max_size=512) | st.sampled_from([bytes(512), b"\xff" * 512]))
+def test_tar_header_byte_sum_is_exact(block: bytes) -> None:
+    from primus_energon.datasets.tarscan import _byte_sum
+
+    assert _byte_sum(block) == sum(block)

@@ -14,6 +14,7 @@ import mmap
 import os
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -102,6 +103,12 @@ def _parse_pax(data: bytes) -> dict[str, str]:
     return out
 
 
+def _byte_sum(block: bytes) -> int:
+    """``sum(block)`` of a 512-byte header, five times faster: Adler-32's low half is 1 + the byte sum modulo
+    65521, and a 256-byte half sums to at most 65280, so each half's sum comes out exact."""
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+
+
 def _fast_header(block: bytes) -> tuple[str, int, bytes] | None:
     """(name, size, type) of a plain ustar/GNU header with a valid checksum and an octal size, else None
     (the caller then lets `tarfile` parse it, or reject it)."""
@@ -113,7 +120,7 @@ def _fast_header(block: bytes) -> tuple[str, int, bytes] | None:
         chksum = int(block[148:156].split(b"\x00", 1)[0].strip() or b"-1", 8)
     except ValueError:
         return None
-    if chksum != sum(block) - sum(block[148:156]) + 256:
+    if chksum != _byte_sum(block) - sum(block[148:156]) + 256:
         return None
     name = block[:100].split(b"\x00", 1)[0]
     if magic == b"ustar\x00" and block[345] != 0:
