@@ -600,10 +600,17 @@ class _Layout(NamedTuple):
 
 
 _LAYOUTS: dict[int, list[_Layout]] = {}  # payload length -> layouts of that length
-_MAX_LAYOUTS = 1024  # later ones are not kept
-# A layout keeps the archive minus its storage: about 1.5 KiB for torch.save's. A crafted archive the parse
-# accepts may carry far more (long extra fields, say); such layouts are not kept, so the cache stays small.
+# Bounds, so that no dataset, however hostile, makes the cache big or slow (helper review of this module):
+# at most 1024 layouts, later ones are not kept (the cache never evicts: a dataset of more distinct tensor
+# layouts reads the rest with the full parse); at most 8 of one payload length, since a lookup compares a
+# payload with every layout of its length; each at most 16 KiB of archive besides its storage (torch.save
+# writes about 1.5 KiB; a crafted archive with long extra fields is not kept) and at most 64 dimensions (a
+# header of thousands of dimensions, legal when one size is 0, would hold far more in Python ints than
+# its bytes). So the cache holds at most about 20 MiB, and a miss costs at most 8 comparisons.
+_MAX_LAYOUTS = 1024
+_MAX_LAYOUTS_PER_LENGTH = 8
 _MAX_LAYOUT_BYTES = 16 << 10
+_MAX_LAYOUT_DIMS = 64
 _layout_count = 0
 _CRC_AT_CENTRAL, _CRC_AT_LOCAL = 16, 14  # offsets of the CRC-32 field in the two zip header kinds
 _DESCRIPTOR_MAGIC = b"PK\x07\x08"
@@ -640,7 +647,11 @@ def _layout_of(archive: _Archive, header: _Header, storage: tuple[int, int]) -> 
         varying.append((crc, crc + 4))
         cursor = crc + 4
     read.append((cursor, len(view)))
-    if len(view) - (storage[1] - storage[0]) > _MAX_LAYOUT_BYTES or not _disjoint(varying, read, len(view)):
+    if (
+        len(view) - (storage[1] - storage[0]) > _MAX_LAYOUT_BYTES
+        or len(header.size) > _MAX_LAYOUT_DIMS
+        or not _disjoint(varying, read, len(view))
+    ):
         return None
     constant, cursor = [], 0
     for a, b in sorted(varying):
@@ -710,8 +721,9 @@ def _checked(layout: _Layout, source: bytes | bytearray | memoryview) -> _Layout
 
 def _remember(view: memoryview, layout: _Layout) -> None:
     global _layout_count
-    if _layout_count < _MAX_LAYOUTS:
-        _LAYOUTS.setdefault(len(view), []).append(layout)
+    same_length = _LAYOUTS.setdefault(len(view), [])
+    if _layout_count < _MAX_LAYOUTS and len(same_length) < _MAX_LAYOUTS_PER_LENGTH:
+        same_length.append(layout)
         _layout_count += 1
 
 
@@ -777,7 +789,8 @@ def _read_fast(data: bytes | bytearray | memoryview, copy: bool, cache: bool) ->
             f"storage {_show(header.key)} holds {storage[1] - storage[0]} bytes but data.pkl declares {header.nbytes}"
         )
     _check_view(header, header.nbytes)
-    layout = _layout_of(archive, header, storage) if cache and _layout_count < _MAX_LAYOUTS else None
+    room = _layout_count < _MAX_LAYOUTS and len(_LAYOUTS.get(len(view), ())) < _MAX_LAYOUTS_PER_LENGTH
+    layout = _layout_of(archive, header, storage) if cache and room else None
     if layout is not None:
         _remember(view, layout)
     return _tensor(view, header, storage, layout is not None and layout.flat, copy)

@@ -903,6 +903,27 @@ def test_layouts_with_much_more_than_torch_saves_overhead_are_not_kept(
     assert tensorfile._layout_count == 1
 
 
+def test_at_most_a_few_layouts_of_one_length_are_kept(
+    empty_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup compares a payload with every layout of its length, so that number is bounded."""
+    monkeypatch.setattr(tensorfile, "_MAX_LAYOUTS_PER_LENGTH", 2)
+    payloads = [save(torch.zeros(shape)) for shape in ((4, 5), (5, 4), (2, 10), (10, 2))]
+    assert len({len(payload) for payload in payloads}) == 1
+    for payload in payloads:
+        assert_same(read_tensor(payload), torch_load(payload))
+    assert [len(layouts) for layouts in tensorfile._LAYOUTS.values()] == [2]
+
+
+def test_headers_of_many_dimensions_are_read_but_not_kept(empty_cache: None) -> None:
+    """A header of thousands of dimensions (legal when a size is 0) would hold far more memory than its bytes."""
+    many = save(torch.zeros([0] + [1] * 99))
+    assert_same(read_tensor(many), torch_load(many))
+    assert tensorfile._layout_count == 0
+    assert_same(read_tensor(save(torch.zeros([1] * 64))), torch_load(save(torch.zeros([1] * 64))))
+    assert tensorfile._layout_count == 1
+
+
 def test_a_bad_serialization_id_is_refused_also_with_the_layout_remembered(empty_cache: None) -> None:
     read_tensor(TWELVE_FLOATS)
     payload = bytearray(save(torch.arange(12, dtype=torch.float32)))
