@@ -47,10 +47,13 @@ class CheckContext:
         """A command that re-runs one property on this target."""
         flag = "--cooker" if self.target.kind == "cooker" else "--task-encoder"
         extra = f" --conformance-profile {self.profile.name}"
+        # The --conformance-* spellings work everywhere (the short ones may belong to another plugin).
         if self.workspace.dataset:
-            extra += f" --dataset {self.workspace.dataset}"
+            extra += f" --conformance-dataset {self.workspace.dataset}"
         if self.workspace.schema_file:
-            extra += f" --schema {self.workspace.schema_file}"
+            extra += f" --conformance-schema {self.workspace.schema_file}"
         if self.encoding:
-            extra += f" --encoding {self.encoding}"
+            extra += f" --conformance-encoding {self.encoding}"
+        if getattr(self.target, "input_form", "bytes") != "bytes":
+            extra += f" --conformance-input-form {self.target.input_form}"
         return f"pytest {flag} {self.target.spec}{extra} -k {property_id}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from .profiles import PROFILES
 from .report import environment, write_reports
 
-__all__ = ["pytest_addoption", "pytest_configure"]
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_load_initial_conftests", "option_dest"]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
 _RESULTS_KEY = pytest.StashKey[list]()
@@ -24,8 +25,54 @@ _RESULTS_KEY = pytest.StashKey[list]()
 _collected: list[dict[str, Any]] = []
 
 
+_GROUP = ("conformance", "Energon cooker/TaskEncoder conformance (primus-energon)")
+
+#: Options whose short names other plugins and conftests commonly use too (``--dataset`` above all). pytest
+#: refuses to start when two plugins add one option name, so each is registered as ``--conformance-NAME``,
+#: and as ``--NAME`` only if nothing else has taken that name by the time the initial conftests are loaded
+#: (see :func:`pytest_load_initial_conftests`). Installing this package never breaks another test suite.
+_SHORTENABLE: dict[str, dict[str, Any]] = {
+    "encoding": {
+        "default": None,
+        "metavar": "NAME",
+        "help": "generate data of this encoding instead of the one the cooker's has_subflavors asks for",
+    },
+    "schema": {
+        "default": None,
+        "metavar": "FILE",
+        "help": "generate data from this YAML/JSON schema (custom formats)",
+    },
+    "dataset": {
+        "default": None,
+        "metavar": "PATH",
+        "help": "check on this prepared dataset (read only) instead of generated data",
+    },
+    "input-form": {
+        "default": "bytes",
+        "choices": ["bytes", "decoded"],
+        "help": "what a cooker target receives: member bytes (default) or safely decoded values",
+    },
+    "xfails-file": {
+        "default": None,
+        "metavar": "FILE",
+        "help": "property ids (substrings of test ids) expected to fail, one per line, '# reason' allowed",
+    },
+    "min-samples-per-s": {
+        "default": None,
+        "type": float,
+        "metavar": "RATE",
+        "help": "make the throughput property fail below this loader rate",
+    },
+}
+
+
+def option_dest(name: str) -> str:
+    """Where the value of ``--conformance-NAME`` (or its short form ``--NAME``) lands: ``config.getoption``."""
+    return "conformance_" + name.replace("-", "_")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("conformance", "Energon cooker/TaskEncoder conformance (primus-energon)")
+    group = parser.getgroup(*_GROUP)
     group.addoption(
         "--cooker",
         action="append",
@@ -40,30 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="MODULE:ATTR",
         help="check this TaskEncoder class (built with no arguments) or instance (repeatable)",
     )
-    group.addoption(
-        "--encoding",
-        default=None,
-        metavar="NAME",
-        help="generate data of this encoding instead of the one the cooker's has_subflavors asks for",
-    )
-    group.addoption(
-        "--schema",
-        default=None,
-        metavar="FILE",
-        help="generate data from this YAML/JSON schema (custom formats)",
-    )
-    group.addoption(
-        "--dataset",
-        default=None,
-        metavar="PATH",
-        help="check on this prepared dataset (read only) instead of generated data",
-    )
-    group.addoption(
-        "--input-form",
-        default="bytes",
-        choices=["bytes", "decoded"],
-        help="what a cooker target receives: member bytes (default) or safely decoded values",
-    )
+    for name, attrs in _SHORTENABLE.items():
+        help_text = f"{attrs['help']} (also --{name} unless another plugin has taken it)"
+        group.addoption(f"--conformance-{name}", dest=option_dest(name), **{**attrs, "help": help_text})
     group.addoption(
         "--conformance-profile",
         default="ci",
@@ -79,19 +105,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="write junit.xml, report.json and report.md into DIR",
     )
-    group.addoption(
-        "--xfails-file",
-        default=None,
-        metavar="FILE",
-        help="property ids (substrings of test ids) expected to fail, one per line, '# reason' allowed",
-    )
-    group.addoption(
-        "--min-samples-per-s",
-        default=None,
-        type=float,
-        metavar="RATE",
-        help="make the throughput property fail below this loader rate",
-    )
+
+
+def _taken_option_names(parser: pytest.Parser) -> set[str]:
+    # pytest has no public way to list registered options; these attributes have been stable since pytest 3.
+    groups = [parser._anonymous, *parser._groups]
+    return {name for group in groups for option in group.options for name in option.names()}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Iterator[None]:
+    """After the initial conftests have added their options, add the short forms nobody has taken."""
+    yield
+    taken = _taken_option_names(parser)
+    group = parser.getgroup(*_GROUP)
+    for name, attrs in _SHORTENABLE.items():
+        if f"--{name}" not in taken:
+            group.addoption(
+                f"--{name}", dest=option_dest(name), **{**attrs, "help": f"= --conformance-{name}"}
+            )
 
 
 def _active(config: pytest.Config) -> bool:
@@ -140,9 +174,9 @@ def _read_xfails(path: str) -> dict[str, str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _active(config) or not config.getoption("xfails_file"):
+    if not _active(config) or not config.getoption(option_dest("xfails-file")):
         return
-    entries = _read_xfails(config.getoption("xfails_file"))
+    entries = _read_xfails(config.getoption(option_dest("xfails-file")))
     matched: set[str] = set()
     for item in items:
         for ident, reason in entries.items():
@@ -152,7 +186,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     unmatched = sorted(set(entries) - matched)
     if unmatched:
         warnings.warn(
-            f"--xfails-file {config.getoption('xfails_file')}: these ids match no conformance test: {', '.join(unmatched)}",
+            f"--xfails-file {config.getoption(option_dest('xfails-file'))}: these ids match no conformance test: {', '.join(unmatched)}",
             pytest.PytestWarning,
             stacklevel=1,
         )

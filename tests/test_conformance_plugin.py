@@ -104,3 +104,35 @@ def test_a_target_that_is_not_importable_is_a_clear_error(tmp_path: Path) -> Non
     run = _pytest(tmp_path, "--cooker", "no_such_module:cook", "--conformance-profile", "quick", "-k", "keys")
     assert run.returncode != 0
     assert "cannot import module 'no_such_module'" in run.stdout + run.stderr
+
+
+def test_a_project_that_uses_the_short_option_names_keeps_them(tmp_path: Path) -> None:
+    """Installing this package must not break a test suite whose conftest adds --dataset or --encoding (a
+    duplicate option name stops pytest): the project keeps them, the suite answers to --conformance-*."""
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    parser.addoption('--dataset', default='none')\n"
+        "    parser.addoption('--encoding', default='none')\n"
+    )
+    (tmp_path / "test_project.py").write_text(
+        "def test_own_options(request):\n"
+        "    assert request.config.getoption('--dataset') == '/data/imagenet'\n"
+        "    assert request.config.getoption('--encoding') == 'jpeg'\n"
+    )
+    own = _pytest(tmp_path, "--dataset", "/data/imagenet", "--encoding", "jpeg")
+    assert own.returncode == 0 and "1 passed" in own.stdout, own.stdout[-3000:] + own.stderr[-3000:]
+    suite = _pytest(
+        tmp_path,
+        "--cooker",
+        "tests.conformance_zoo.broken:cook_strips_caption",
+        "--conformance-encoding",
+        "preencoded",
+        "--encoding",
+        "jpeg",
+        "--conformance-profile",
+        "quick",
+        "-k",
+        "fidelity",
+    )
+    assert suite.returncode == 1, suite.stdout[-3000:] + suite.stderr[-3000:]
+    assert "property 3 (Fidelity) failed" in suite.stdout

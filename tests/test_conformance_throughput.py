@@ -63,7 +63,7 @@ def test_below_min_samples_per_s_fails_naming_the_rate(workdir: Path) -> None:
     match = re.search(r"loader throughput on preencoded data is ([0-9.]+) samples/s", result.message)
     assert match and float(match.group(1)) > 0, result.message
     assert "below --min-samples-per-s 1e+09" in result.message and "raw read" in result.message
-    assert result.reproduce.endswith("-k throughput --min-samples-per-s 1e+09")
+    assert result.reproduce.endswith("-k throughput --conformance-min-samples-per-s 1e+09")
 
 
 def test_reachable_min_samples_per_s_passes(workdir: Path) -> None:

@@ -137,7 +137,9 @@ def check(ctx: CheckContext) -> dict:
 def _snapshot(crude: dict) -> dict[str, Any]:
     """What each member of a crude sample holds now (bytes by digest: a fingerprint would share the object)."""
     return {
-        key: hashlib.sha256(value).hexdigest() if isinstance(value, (bytes, bytearray)) else fingerprint(value)
+        key: hashlib.sha256(value).hexdigest()
+        if isinstance(value, (bytes, bytearray))
+        else fingerprint(value)
         for key, value in crude.items()
     }
 
@@ -145,7 +147,9 @@ def _snapshot(crude: dict) -> dict[str, Any]:
 def _inputs_left_alone(ctx: CheckContext, task_encoder: TaskEncoder, crude: list[dict]) -> None:
     """Cook, encode and batch fresh copies of ``crude`` (member bytes copied too: in-place writes must not
     reach the suite's own data); neither the crude members nor the encoded samples may change."""
-    sources = [{k: bytes(v) if isinstance(v, bytes) else copy.deepcopy(v) for k, v in s.items()} for s in crude]
+    sources = [
+        {k: bytes(v) if isinstance(v, bytes) else copy.deepcopy(v) for k, v in s.items()} for s in crude
+    ]
     crude_before = [_snapshot(source) for source in sources]
     samples = []
     cookers = task_encoder.cookers

@@ -161,6 +161,6 @@ def check(ctx: CheckContext) -> dict:
                 f"{slowest['sample_kb']:.1f} kB/sample). Measured beside it: the bare cook takes "
                 f"{slowest['cook_us_per_sample']:.0f} us/sample, the loader moves {slowest['loader_mb_per_s']:.2f} MB/s "
                 f"and a raw read of the same shards {slowest['raw_read_mb_per_s']:.0f} MB/s",
-                ctx.reproduce("throughput") + f" --min-samples-per-s {ctx.min_samples_per_s:g}",
+                ctx.reproduce("throughput") + f" --conformance-min-samples-per-s {ctx.min_samples_per_s:g}",
             )
     return details

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conformance.api import make_context, run_property
+from conformance.plugin import option_dest
 from conformance.properties import PROPERTIES, Property
 from conformance.target import resolve_target
 
@@ -30,7 +31,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def conformance_target(request: pytest.FixtureRequest):
     kind, spec = request.param
-    return resolve_target(spec, kind=kind, input_form=request.config.getoption("input_form"))
+    return resolve_target(spec, kind=kind, input_form=request.config.getoption(option_dest("input-form")))
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +44,10 @@ def conformance_context(
         workdir=tmp_path_factory.mktemp(f"conformance-{conformance_target.name}"),
         profile=config.getoption("conformance_profile"),
         seed=config.getoption("conformance_seed"),
-        encoding=config.getoption("encoding"),
-        schema=config.getoption("schema"),
-        dataset=config.getoption("dataset"),
-        min_samples_per_s=config.getoption("min_samples_per_s"),
+        encoding=config.getoption(option_dest("encoding")),
+        schema=config.getoption(option_dest("schema")),
+        dataset=config.getoption(option_dest("dataset")),
+        min_samples_per_s=config.getoption(option_dest("min-samples-per-s")),
     )
 
 
