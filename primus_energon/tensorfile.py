@@ -580,9 +580,9 @@ def _check_view(header: _Header, storage_bytes: int) -> None:
 #
 # Tensors of one dtype and shape saved by one torch version are the same archive with other storage bytes:
 # the zip headers, names, offsets, data.pkl and the small records are equal byte for byte, and only the
-# storage, the random serialization id and the CRC-32 fields of those two records differ. The full parse reads none of those
-# bytes (it does not check CRCs, as torch.load does not) except the serialization id, which it only
-# requires to be UTF-8. So once the parse has accepted a payload, another payload of the same length that
+# storage, the random serialization id and the CRC-32 fields of those two records differ. The full parse
+# reads none of those bytes (it does not check CRCs, as torch.load does not) except the serialization id,
+# which it only requires to be UTF-8. So once the parse has accepted a payload, another payload of the same length that
 # equals it everywhere else, and whose serialization id is UTF-8, would be accepted with the same header:
 # a match may skip the parse. That holds only if the bytes that may vary are disjoint from every byte the
 # parse reads, which :func:`_layout_of` checks before it remembers a layout (torch.save's layout always
