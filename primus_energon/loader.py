@@ -106,14 +106,16 @@ def get_loader(
             Energon's handler, which logs each bad sample (with its key and shard) and skips it, and
             stops after 100 consecutive failures.
         prefetch_factor: batches each worker keeps ready. 2 (Energon's default): on 2 cores 1 was up to
-            12% slower and 4 no faster, and each extra step holds ``num_workers`` more batches in shared memory.
+            12% slower and 4 no faster, and each extra step holds ``num_workers`` more batches in shared
+            memory.
         gc_collect_every_n_steps: how often Energon runs ``gc.collect()`` in the loader (0: never; Energon's
             default is 10). Off by default: the reference cookers and ``batch()`` create no reference
             cycles, so reference counting frees every batch (peak RSS measured flat over 300 FLUX-sized
             batches with it off), while the collection cost 5-11% of the throughput on small samples.
             Set 10 if your own cooker or TaskEncoder leaks cycles that hold tensors.
-        savable_loader_kwargs: passed to ``megatron.energon.get_savable_loader`` (``watchdog_timeout_seconds``,
-            ``checkpoint_every_sec``, ...). Energon always pins batches (``pin_memory=True``).
+        savable_loader_kwargs: passed to ``megatron.energon.get_savable_loader``
+            (``watchdog_timeout_seconds``, ``checkpoint_every_sec``, ...). Energon always pins batches
+            (``pin_memory=True``).
 
     Raises ``FileNotFoundError`` for a path that is not a prepared dataset or metadataset, and
     ``ValueError`` for bad arguments or when no cooker of ``task_encoder`` matches a dataset.
