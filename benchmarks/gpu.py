@@ -37,7 +37,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,9 +47,10 @@ from typing import Any
 
 import torch
 
+from .jobs import emit_result, spawn_job
+
 __all__ = ["main", "skip_reason", "run_config"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCH_SIZE = 4
 GB = 1e9
 FACTORS = (0.0, 1.2, 2.0)
@@ -306,17 +306,8 @@ def run_config(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _spawn(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.gpu", "--job", json.dumps(job)]
-    try:
-        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        return {
-            "error": f"exit status {done.returncode}: " + "\n".join(done.stderr.strip().splitlines()[-15:])
-        }
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    """Run ``job`` in a fresh interpreter; its result, or ``{"error": ...}``."""
+    return spawn_job("benchmarks.gpu", job, timeout)
 
 
 def _verdicts(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -389,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.job:
-        print("RESULT " + json.dumps(run_config(json.loads(args.job))), flush=True)
+        emit_result(run_config(json.loads(args.job)))
         return 0
     if args.json is None:
         parser.error("--json FILE is required")

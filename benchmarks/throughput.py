@@ -45,7 +45,8 @@ from typing import Any
 
 __all__ = ["main", "run_job", "summarize", "TARGETS", "markdown_table"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .jobs import REPO_ROOT, emit_result, spawn_job
+
 BATCH_SIZE = 4
 GB = 1e9
 
@@ -185,16 +186,7 @@ def run_job(job: Mapping[str, Any]) -> dict[str, Any]:
 
 def _spawn(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     """Run ``job`` in a fresh interpreter; its result, or ``{"error": ...}``."""
-    command = [sys.executable, "-m", "benchmarks.throughput", "--job", json.dumps(job)]
-    try:
-        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-15:]
-        return {"error": f"exit status {done.returncode}: " + "\n".join(tail)}
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return spawn_job("benchmarks.throughput", job, timeout)
 
 
 # --- other people's load ------------------------------------------------------------------------------
@@ -663,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.job:
         result = run_job(json.loads(args.job))
-        print("RESULT " + json.dumps(result), flush=True)
+        emit_result(result)
         return 0
     if args.json is None:
         parser.error("--json FILE is required")
