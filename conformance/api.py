@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import time
-import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .claims import ClaimRecorder, ClaimResult, Harm
 from .context import CheckContext
 from .data import Workspace
 from .profiles import get_profile
-from .properties import PROPERTIES, Property
-from .results import PropertyFailure, PropertyResult, PropertySkipped
+from .properties import PROPERTIES, Property, get_property
+from .results import PropertyResult
 from .target import InputForm, Target, resolve_target
 
 __all__ = ["check_cooker", "check_task_encoder", "run_property", "make_context"]
@@ -29,8 +30,16 @@ def make_context(
     schema: str | None = None,
     dataset: str | None = None,
     min_samples_per_s: float | None = None,
+    strict: bool = False,
+    timeout_s: float | None = None,
+    call_timeout_s: float | None = None,
 ) -> CheckContext:
     workspace = Workspace(Path(workdir), seed=seed, schema_file=schema, dataset=dataset)
+    timeouts = {}
+    if timeout_s is not None:
+        timeouts["timeout_s"] = float(timeout_s)
+    if call_timeout_s is not None:
+        timeouts["call_timeout_s"] = float(call_timeout_s)
     return CheckContext(
         target=target,
         workspace=workspace,
@@ -38,39 +47,123 @@ def make_context(
         seed=seed,
         encoding=encoding,
         min_samples_per_s=min_samples_per_s,
+        strict=strict,
+        **timeouts,
     )
 
 
 def run_property(
-    prop: Property, ctx: CheckContext, *, expected_failures: dict[str, str] | None = None
+    prop: Property, ctx: CheckContext, *, expected_failures: Mapping[str, str] | None = None
 ) -> PropertyResult:
-    """Run one property; never raises for a failing target (the verdict says so)."""
+    """Run one property's claims; never raises for a failing or broken target (the verdicts say so).
+
+    ``expected_failures`` maps a property id (every claim) or a claim id (``bad_input/names_sample``) to a
+    reason: such a claim's failure is reported as ``xfail``."""
+    if prop.id == "accepted":
+        # Every property consults the accepted verdict (see _blocker): run it once per context.
+        result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
+    else:
+        result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader else None)
+    _apply_expected(result, expected_failures or {})
+    _conclude(result, ctx, prop)
+    return result
+
+
+def _run(prop: Property, ctx: CheckContext, blocker: str | None) -> PropertyResult:
     started = time.perf_counter()
     result = PropertyResult(property=prop.id, target=ctx.target.spec, verdict="pass")
+    claims = ClaimRecorder(
+        prop.claims, kind=ctx.target.kind, reproduce=ctx.reproduce, unreadable=ctx.unreadable
+    )
     if ctx.target.kind not in prop.applies_to:
-        result.verdict, result.message = "skip", f"applies to {', '.join(sorted(prop.applies_to))} targets"
-    else:
-        try:
-            result.details = prop.check(ctx) or {}
-        except PropertyFailure as failure:
-            result.verdict, result.message, result.reproduce = "fail", failure.message, failure.reproduce
-        except PropertySkipped as skipped:
-            result.verdict, result.message = "skip", str(skipped)
-        except Exception as error:  # the check itself broke on this target: report it, with where
-            result.verdict = "error"
-            result.message = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"
-            result.reproduce = ctx.reproduce(prop.id)
-    if result.verdict in ("fail", "error") and _guessed_encoding(ctx):
-        result.message += (
-            f"\n(note: {ctx.target.describe()} declares no `encoding` in has_subflavors, so the suite generated "
-            f"{ctx.encodings()[0] or 'preencoded'} data; pass --encoding, --schema FILE or --dataset PATH if it "
-            "expects another format)"
+        claims.blocked(
+            f"applies to {' and '.join(sorted(k.replace('_', ' ') for k in prop.applies_to))} targets"
         )
-    reason = (expected_failures or {}).get(prop.id)
-    if reason is not None and result.verdict in ("fail", "error"):
-        result.verdict, result.message = "xfail", f"expected failure ({reason}): {result.message}"
+    elif blocker is not None:
+        claims.blocked(blocker)
+        if any(c.always for c in prop.claims):
+            claims.only_always = True
+            _call(prop, ctx, claims, result)
+        result.details["blocked"] = blocker
+    else:
+        _call(prop, ctx, claims, result)
+    result.claims = claims.results()
     result.seconds = round(time.perf_counter() - started, 3)
     return result
+
+
+def _call(prop: Property, ctx: CheckContext, claims: ClaimRecorder, result: PropertyResult) -> None:
+    try:
+        result.details = prop.check(ctx, claims) or {}
+    except Exception as error:  # outside any claim: the claims it did not reach say why
+        claims.aborted(error)
+
+
+def _blocker(ctx: CheckContext) -> str | None:
+    """Why properties that need a working loader cannot run, when ``accepted`` failed; else None."""
+    accepted = ctx.cached("accepted-result", lambda: _run(get_property("accepted"), ctx, None))
+    failed = sorted((c for c in accepted.claims if c.verdict == "fail"), key=_severity)
+    if not failed:
+        return None
+    first = failed[0]
+    return f"blocked by {first.id}: {first.message.splitlines()[0][:300]}"
+
+
+def _severity(claim: ClaimResult) -> tuple[int, str]:
+    return (Harm[claim.harm.upper().replace(" ", "_")].value, claim.id)
+
+
+def _apply_expected(result: PropertyResult, expected: Mapping[str, str]) -> None:
+    for claim in result.claims:
+        reason = expected.get(claim.id, expected.get(result.property))
+        if reason is not None and claim.verdict in ("fail", "error", "advice"):
+            claim.message = f"expected failure ({reason}): {claim.message}"
+            claim.verdict = "xfail"
+
+
+def _conclude(result: PropertyResult, ctx: CheckContext, prop: Property) -> None:
+    """The property's verdict and message from its claims' (worst first)."""
+    claims = result.claims
+    counted = ("fail", "advice") if ctx.strict else ("fail",)
+    failed = sorted((c for c in claims if c.verdict in counted), key=_severity)
+    errors = [c for c in claims if c.verdict == "error"]
+    blocked = result.details.get("blocked")
+    if errors:
+        result.verdict = "error"
+    elif failed:
+        result.verdict = "fail"
+    elif any(c.verdict == "xfail" for c in claims):
+        result.verdict = "xfail"
+    elif blocked or all(c.verdict == "skip" for c in claims):
+        result.verdict = "skip"
+    else:
+        result.verdict = "pass"
+    lines = []
+    for claim in failed + errors:
+        lines.append(f"[{claim.harm}] {claim.id}: {_indent(claim.message)}")
+        if claim.fix:
+            lines.append(f"    fix: {claim.fix}")
+    if result.verdict == "skip":
+        reasons = dict.fromkeys(c.message for c in claims if c.verdict == "skip" and c.message)
+        ran = [f"{c.id} {c.verdict}" for c in claims if c.verdict not in ("skip",)]
+        lines.append(
+            (blocked or "; ".join(reasons) or "nothing applies") + (f" ({', '.join(ran)})" if ran else "")
+        )
+    elif result.verdict == "xfail":
+        lines += [f"{c.id}: {c.message}" for c in claims if c.verdict == "xfail"]
+    result.message = "\n".join(lines)
+    if result.verdict in ("fail", "error"):
+        result.reproduce = ctx.reproduce(prop.id)
+        if _guessed_encoding(ctx):
+            result.message += (
+                f"\n(note: {ctx.target.describe()} declares no `encoding` in has_subflavors, so the suite generated "
+                f"{ctx.encodings()[0] or 'preencoded'} data; pass --encoding, --schema FILE or --dataset PATH if it "
+                "expects another format)"
+            )
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n    ")
 
 
 def _guessed_encoding(ctx: CheckContext) -> bool:
@@ -104,8 +197,10 @@ def check_cooker(
     """Check a ``Cooker``, a ``@stateless`` cook function, or ``"module:attr"`` naming one.
 
     Options: ``profile`` ("quick", "ci", "thorough"), ``seed``, ``encoding``, ``schema`` (file),
-    ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``workdir``. ``expected_failures``
-    maps property ids to reasons (sklearn's ``expected_failed_checks``). Returns one result per property.
+    ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice fails too),
+    ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``.
+    ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
+    ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.
     """
     target = resolve_target(cooker, kind="cooker", input_form=input_form)
     return _check(target, properties, expected_failures, **options)

@@ -3,6 +3,7 @@ never written to), crude samples read back through Energon, and the member-to-fi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -57,16 +58,40 @@ class _CrudeReader(DefaultTaskEncoder):
         return samples
 
 
+#: how read_crude describes a sample Energon refused while reading (at most this many are kept)
+_MAX_READ_ERRORS = 8
+
+
 def read_crude(
-    dataset: str | os.PathLike, *, decoded: bool = False, decoder: Any = None, split_part: str = "train"
+    dataset: str | os.PathLike,
+    *,
+    decoded: bool = False,
+    decoder: Any = None,
+    split_part: str = "train",
+    errors: list[str] | None = None,
 ) -> list[dict]:
     """Every crude sample of ``dataset`` as Energon hands it to a cooker, in dataset order.
 
-    ``decoded=True``: members decoded by :class:`~primus_energon.decoding.SafeSampleDecoder`; ``decoder``:
-    any other Energon decoder instead (None: raw member bytes)."""
+    ``decoder``: the Energon decoder to apply first (a TaskEncoder's own ``decoder``; None: raw member
+    bytes); ``decoded=True`` without a decoder: :class:`~primus_energon.decoding.SafeSampleDecoder`.
+    A sample Energon refuses while reading (its decoder raised) is left out; ``errors``, when given,
+    receives one line per refused sample (which sample, which error), so a caller that got nothing can say
+    why."""
     if decoded and decoder is None:
         decoder = SafeSampleDecoder()
-    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    refused: list[str] = errors if errors is not None else []
+
+    def record(error: Exception, sample: Any, sources: Any) -> None:
+        if len(refused) < _MAX_READ_ERRORS:
+            key = sample.get("__key__") if isinstance(sample, dict) else getattr(sample, "__key__", None)
+            where = f"sample {key!r}" if key else "a sample"
+            cause = error.__cause__ or error.__context__
+            text = f"{type(error).__name__}: {error}"
+            if cause is not None and str(cause) not in text:
+                text += f" (from {type(cause).__name__}: {cause})"
+            refused.append(f"{where} of {Path(dataset).name}: {' '.join(text.split())[:300]}")
+
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=record)
     ds = get_val_dataset(
         str(dataset),
         split_part=split_part,
@@ -74,7 +99,17 @@ def read_crude(
         batch_size=1,
         task_encoder=_CrudeReader(decoder),
     )
-    return [batch[0] for batch in get_loader(ds)]
+    samples: list[dict] = []
+    # Energon prints every refused sample; the errors list says what a caller needs.
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            for batch in get_loader(ds):
+                samples.append(batch[0])
+        except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
+            refused.append(
+                f"reading {Path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
+            )
+    return samples
 
 
 def _dataset_subflavors(path: Path) -> dict[str, Any]:

@@ -25,9 +25,13 @@ from megatron.energon import (
 )
 from megatron.energon.task_encoder.base import get_stateless
 
+from .results import PropertyFailure, PropertySkipped
 from .target import Target
 
 __all__ = [
+    "TargetError",
+    "target_call",
+    "take",
     "worker_context",
     "cook",
     "build_loader",
@@ -36,6 +40,38 @@ __all__ = [
     "read_records",
     "matching_cooker",
 ]
+
+
+class TargetError(Exception):
+    """The target raised while the suite ran it on clean, benign data: a failure of the target (a sample
+    it cannot cook is a sample Energon skips), reported on the claim being checked, never as a crash."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        self.what = what
+        self.error = error
+        text = " ".join(str(error).split())
+        self.message = f"{what} raised {type(error).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
+        super().__init__(self.message)
+
+
+@contextlib.contextmanager
+def target_call(what: str) -> Iterator[None]:
+    """Turn any exception raised inside into a :class:`TargetError` saying ``what`` was being done."""
+    try:
+        yield
+    except (TargetError, StopIteration, PropertyFailure, PropertySkipped):
+        raise
+    except Exception as error:
+        raise TargetError(what, error) from error
+
+
+def take(loader: Any, count: int, *, what: str) -> list[Any]:
+    """The next ``count`` batches of ``loader`` (an iterator or iterable); an exception is the target's."""
+    iterator = loader if hasattr(loader, "__next__") else None
+    with target_call(what):
+        if iterator is None:
+            iterator = iter(loader)
+        return [next(iterator) for _ in range(count)]
 
 
 @contextlib.contextmanager
@@ -60,14 +96,25 @@ def matching_cooker(cookers: Sequence[Cooker], subflavors: dict[str, Any] | None
     return None
 
 
-def cook(target: Target, crude: dict[str, Any], *, sample_index: int = 0, seed: int = 0) -> Any:
-    """Cook one crude sample with the target's matching cooker (first match, as Energon dispatches)."""
+def cook(
+    target: Target, crude: dict[str, Any], *, sample_index: int = 0, seed: int = 0, clean: bool = True
+) -> Any:
+    """Cook one crude sample with the target's matching cooker (first match, as Energon dispatches).
+
+    ``clean``: the sample is benign data, so an exception is the target's failure (:class:`TargetError`);
+    with ``clean=False`` (bad input on purpose) the exception is raised as it is."""
     cookers = target.cookers
     index = matching_cooker(cookers, crude.get("__subflavors__"))
     if index is None:
         index = 0
     cooker = cookers[index]
-    with worker_context(seed, sample_index):
+    if not clean:
+        with worker_context(seed, sample_index):
+            return cooker.cook(crude)
+    with (
+        target_call(f"cooking the clean sample {crude.get('__key__')!r}"),
+        worker_context(seed, sample_index),
+    ):
         return cooker.cook(crude)
 
 
@@ -96,6 +143,20 @@ def build_loader(
         global_error_handler=reraise_exception if on_error == "raise" else log_exception,
     )
     task_encoder = task_encoder or target.make_task_encoder()
+    with target_call(f"building {target.describe()}'s loader over {Path(path).name}"):
+        return _build(path, config, task_encoder, mode, split_part, batch_size, repeat, loader_kwargs)
+
+
+def _build(
+    path: str | os.PathLike,
+    config: WorkerConfig,
+    task_encoder: TaskEncoder,
+    mode: str,
+    split_part: str,
+    batch_size: int,
+    repeat: bool,
+    loader_kwargs: dict[str, Any],
+) -> SavableDataLoader:
     if mode == "train":
         dataset = get_train_dataset(
             str(path),

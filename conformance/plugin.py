@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,17 @@ import pytest
 from .profiles import PROFILES
 from .report import environment, write_reports
 
-__all__ = ["pytest_addoption", "pytest_configure", "pytest_load_initial_conftests", "option_dest"]
+__all__ = [
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_load_initial_conftests",
+    "option_dest",
+    "claim_expectations",
+]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
 _RESULTS_KEY = pytest.StashKey[list]()
+_CLAIM_XFAILS_KEY = pytest.StashKey[dict]()
 #: Results reported on this (controller) process, in report order.
 _collected: list[dict[str, Any]] = []
 
@@ -100,6 +108,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--conformance-seed", default=0, type=int, metavar="N", help="seed for data and loaders (default 0)"
     )
     group.addoption(
+        "--conformance-strict",
+        action="store_true",
+        default=False,
+        help="advice (opinions about style, e.g. an error message without the sample key) fails the run too",
+    )
+    group.addoption(
         "--conformance-report",
         default=None,
         metavar="DIR",
@@ -136,6 +150,7 @@ def _active(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
+    _check_usage(config)
     config.stash[_RESULTS_KEY] = []
     # Collect the suite instead of the invocation directory's own tests.
     config.args[:] = [str(SUITE)]
@@ -146,6 +161,62 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance_property(id): a conformance property check")
     # Energon always asks for pinned memory; without an accelerator torch warns once per loader.
     config.addinivalue_line("filterwarnings", "ignore:.*pin_memory.*:UserWarning")
+
+
+def _check_usage(config: pytest.Config) -> None:
+    """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
+    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file."""
+    from .target import resolve_target
+
+    input_form = config.getoption(option_dest("input-form"))
+    problems = []
+    for kind, option in (("cooker", "--cooker"), ("task_encoder", "--task-encoder")):
+        for spec in config.getoption(kind.replace("-", "_")):
+            try:
+                resolve_target(spec, kind=kind, input_form=input_form)
+            except Exception as error:  # any import-time failure of the user's module, said in one line
+                problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
+    schema = config.getoption(option_dest("schema"))
+    if schema:
+        from synthetic import load_schema
+
+        try:
+            load_schema(schema)
+        except Exception as error:
+            problems.append(f"--conformance-schema {schema}: {' '.join(str(error).split())}")
+    dataset = config.getoption(option_dest("dataset"))
+    if dataset:
+        path = Path(dataset)
+        if path.suffix in (".yaml", ".yml"):
+            if not path.is_file():
+                problems.append(f"--conformance-dataset {dataset}: no such metadataset file")
+        elif not (path / ".nv-meta" / "dataset.yaml").is_file():
+            problems.append(
+                f"--conformance-dataset {dataset}: not a prepared dataset (no .nv-meta/dataset.yaml) and not a "
+                "metadataset .yaml; prepare it with `primus-energon finalize DIR --encoding NAME`"
+            )
+    xfails = config.getoption(option_dest("xfails-file"))
+    if xfails and not Path(xfails).is_file():
+        problems.append(f"--conformance-xfails-file {xfails}: no such file")
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
+def _claim_ids() -> set[str]:
+    from .properties import all_claims
+
+    return {claim.id for claim in all_claims()}
+
+
+def claim_expectations(config: pytest.Config) -> dict[str, str]:
+    """The ``--xfails-file`` entries that name a claim (``bad_input/names_sample``): claim id -> reason.
+    Entries that name tests instead (substrings of test ids) become xfail markers at collection."""
+    if _CLAIM_XFAILS_KEY not in config.stash:
+        path = config.getoption(option_dest("xfails-file"))
+        entries = _read_xfails(path) if path else {}
+        known = _claim_ids() if entries else set()
+        config.stash[_CLAIM_XFAILS_KEY] = {k: v for k, v in entries.items() if k in known}
+    return config.stash[_CLAIM_XFAILS_KEY]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -177,16 +248,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not _active(config) or not config.getoption(option_dest("xfails-file")):
         return
     entries = _read_xfails(config.getoption(option_dest("xfails-file")))
-    matched: set[str] = set()
+    claims = claim_expectations(config)
+    matched: set[str] = set(claims)
     for item in items:
         for ident, reason in entries.items():
-            if ident in item.nodeid:
+            if ident not in claims and ident in item.nodeid:
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
                 matched.add(ident)
     unmatched = sorted(set(entries) - matched)
     if unmatched:
         warnings.warn(
-            f"--xfails-file {config.getoption(option_dest('xfails-file'))}: these ids match no conformance test: {', '.join(unmatched)}",
+            f"--xfails-file {config.getoption(option_dest('xfails-file'))}: these ids match no conformance test "
+            f"and no claim: {', '.join(unmatched)}",
             pytest.PytestWarning,
             stacklevel=1,
         )
@@ -199,6 +272,29 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in getattr(report, "user_properties", []):
         if name == "conformance_result":
             _collected.append(json.loads(value))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The claims' tally, and the advice: reported here, never failing unless --conformance-strict."""
+    if not _active(config) or hasattr(config, "workerinput") or not _collected:
+        return
+    claims = [(r["target"], c) for r in _collected for c in r.get("claims", [])]
+    tally = Counter(c["verdict"] for _, c in claims)
+    order = ("pass", "fail", "advice", "xfail", "skip", "error")
+    terminalreporter.write_sep("=", "conformance claims")
+    terminalreporter.write_line(", ".join(f"{tally[v]} {v}" for v in order if tally[v]))
+    advice = [(target, c) for target, c in claims if c["verdict"] == "advice"]
+    if advice:
+        strict = config.getoption("conformance_strict")
+        terminalreporter.write_sep(
+            "-",
+            "advice (failures with --conformance-strict)" if strict else "advice (reported, not failures)",
+        )
+        for target, c in advice:
+            first = c["message"].splitlines()[0] if c["message"] else ""
+            terminalreporter.write_line(f"{target.rpartition(':')[2]}: {c['id']}: {first[:240]}")
+            if c.get("fix"):
+                terminalreporter.write_line(f"    fix: {c['fix']}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -217,4 +313,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         profile=config.getoption("conformance_profile"),
         seed=config.getoption("conformance_seed"),
         exitstatus=int(exitstatus),
+        strict=config.getoption("conformance_strict"),
     )

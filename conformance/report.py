@@ -11,9 +11,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .claims import Harm
+
 __all__ = ["SCHEMA", "environment", "write_reports"]
 
-SCHEMA = "primus-energon/conformance-report/v1"
+SCHEMA = "primus-energon/conformance-report/v2"
 
 
 def _version(distribution: str) -> str | None:
@@ -44,6 +46,15 @@ def environment() -> dict[str, Any]:
     }
 
 
+#: harm labels in report order (worst first)
+_HARM_ORDER = {harm.label: harm.value for harm in Harm}
+
+
+def _cell(text: Any, limit: int) -> str:
+    flat = " ".join(str(text or "").split())
+    return (flat[:limit] + ("..." if len(flat) > limit else "")).replace("|", "\\|")
+
+
 def write_reports(
     directory: str | Path,
     *,
@@ -52,20 +63,50 @@ def write_reports(
     profile: str,
     seed: int,
     exitstatus: int | None = None,
+    strict: bool = False,
 ) -> dict[str, Any]:
-    """Write ``report.json`` and ``report.md`` into ``directory``; returns the JSON document."""
+    """Write ``report.json`` and ``report.md`` into ``directory``; returns the JSON document.
+
+    ``report.json`` (schema v2): ``results`` (one per target and property, each with its ``claims``: id,
+    harm, verdict, message, fix, examined), ``claims`` (the tally of claim verdicts), ``advice`` (every
+    advice claim that reported something: target, claim id, message, fix) and ``failures`` (every failed
+    claim, worst first)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     ordered = sorted(results, key=lambda r: (r["target"], r.get("number", 0)))
+    claims = [(r["target"], c) for r in ordered for c in r.get("claims", [])]
+    advice = [
+        {"target": t, "claim": c["id"], "message": c["message"], "fix": c.get("fix", "")}
+        for t, c in claims
+        if c["verdict"] == "advice"
+    ]
+    failures = sorted(
+        (
+            {
+                "target": t,
+                "claim": c["id"],
+                "harm": c["harm"],
+                "message": c["message"],
+                "fix": c.get("fix", ""),
+            }
+            for t, c in claims
+            if c["verdict"] in ("fail", "error")
+        ),
+        key=lambda f: (_HARM_ORDER.get(f["harm"], 99), f["target"], f["claim"]),
+    )
     document = {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "profile": profile,
         "seed": seed,
+        "strict": strict,
         **environment(),
         "targets": targets,
         "summary": dict(Counter(r["verdict"] for r in ordered)),
+        "claims": dict(Counter(c["verdict"] for _, c in claims)),
         "exitstatus": exitstatus,
+        "failures": failures,
+        "advice": advice,
         "results": ordered,
     }
     (out / "report.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
@@ -76,19 +117,40 @@ def write_reports(
         f"torch {document['versions']['torch']}, Python {document['versions']['python']}.",
         "",
     ]
+    if failures:
+        lines += ["## Failures, worst first", ""]
+        lines += [
+            f"- **{f['claim']}** ({f['harm']}) on `{f['target']}`: {_cell(f['message'], 400)}"
+            for f in failures
+        ]
+        lines.append("")
+    if advice:
+        lines += [
+            "## Advice (reported, not failures"
+            + (": failures under --conformance-strict)" if strict else ")"),
+            "",
+        ]
+        lines += [
+            f"- **{a['claim']}** on `{a['target']}`: {_cell(a['message'], 300)} Fix: {a['fix']}"
+            for a in advice
+        ]
+        lines.append("")
     for target in targets:
         rows = [r for r in ordered if r["target"] == target["target"]]
         lines += [
             f"## {target['kind']} `{target['target']}`",
             "",
-            "| # | property | verdict | seconds | message |",
+            "| # | claim | verdict | examined | message |",
             "|---|---|---|---|---|",
         ]
         for r in rows:
-            message = " ".join(str(r.get("message", "")).split())[:300].replace("|", "\\|")
             lines.append(
-                f"| {r.get('number', '')} | {r['property']} | **{r['verdict']}** | {r.get('seconds', '')} | {message} |"
+                f"| {r.get('number', '')} | **{r['property']}** | **{r['verdict']}** | | {_cell(r.get('message', ''), 200)} |"
             )
+            for c in r.get("claims", []):
+                lines.append(
+                    f"| | {c['id']} | {c['verdict']} | {c.get('examined', '')} | {_cell(c.get('message', ''), 200)} |"
+                )
         lines.append("")
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     return document

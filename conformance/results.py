@@ -1,9 +1,12 @@
-"""What a property check returns: a verdict, a message a user can act on, and how to reproduce it."""
+"""What a property check returns: a verdict per claim, a message a user can act on, and how to reproduce it."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .claims import ClaimResult
 
 __all__ = ["Verdict", "PropertyResult", "PropertyFailure", "PropertySkipped"]
 
@@ -11,7 +14,7 @@ Verdict = Literal["pass", "fail", "skip", "xfail", "error"]
 
 
 class PropertyFailure(AssertionError):
-    """Raised by a check when the target violates the property.
+    """Raised by a check when the target violates the claim being checked.
 
     ``message`` says what was expected and what was observed; ``reproduce`` says how to see it again.
     """
@@ -28,7 +31,12 @@ class PropertySkipped(Exception):
 
 @dataclass
 class PropertyResult:
-    """One property's outcome for one target."""
+    """One property's outcome for one target: its claims' verdicts and the property's, derived from them.
+
+    ``verdict`` is ``fail`` when a defect claim failed (or, with ``strict``, an advice claim reported
+    something), ``error`` when the suite itself broke, ``skip`` when nothing applied or the property was
+    blocked; ``message`` lists the failed claims, worst first.
+    """
 
     property: str
     target: str
@@ -37,11 +45,30 @@ class PropertyResult:
     reproduce: str = ""
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    claims: list[ClaimResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True unless the property failed or the check itself errored."""
         return self.verdict in ("pass", "skip", "xfail")
 
+    @property
+    def advice(self) -> list[ClaimResult]:
+        """The advice claims that reported something (never failures unless strict)."""
+        return [c for c in self.claims if c.verdict == "advice"]
+
+    def claim(self, claim_id: str) -> ClaimResult:
+        """The result of one claim, by id (``bad_input/missing_member``) or by name (``missing_member``)."""
+        for result in self.claims:
+            if result.id == claim_id or result.id.partition("/")[2] == claim_id:
+                return result
+        raise KeyError(f"{self.property} has no claim {claim_id!r}: {[c.id for c in self.claims]}")
+
+    def verdicts(self) -> dict[str, str]:
+        """``{claim id: verdict}``."""
+        return {c.id: c.verdict for c in self.claims}
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["claims"] = [c.to_dict() for c in self.claims]
+        return out

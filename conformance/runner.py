@@ -6,11 +6,14 @@ Child side (``python -m conformance.runner ...``; the target is rebuilt from its
         --dataset DIR [--dataset DIR ...] --workers 0,1,2 --batches 6 --batch-size 4 --out FILE.json
     python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m conformance.runner \\
         shard --spec M:A --kind task_encoder --dataset DIR [...] --batch-size 3 --out DIR
+    python -m conformance.runner probe --spec M:A --kind task_encoder --dataset DIR --out FILE.json
 
 ``determinism`` (``--seed`` is repeatable) writes ``{"results": {seed: {dataset: {num_workers:
 {"batches": [{"digest", "keys", "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}``;
 ``shard`` (one process per rank, under ``torch.distributed``) writes ``rank<r>.json`` with
-``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch"|"cooker"}}``.
+``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch"|"cooker"}}``;
+``probe`` reads the code-execution probe dataset through the target (:mod:`conformance.probe`) and
+writes ``{"batches", "errors"}``.
 
 Parent side: :func:`child_target_args` (raises ``PropertySkipped`` when the target cannot be rebuilt in
 another process), :func:`child_env`, :func:`start` and :func:`finish` (time-limited, failure with the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import json
 import os
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +56,8 @@ __all__ = [
     "start",
     "finish",
     "stop",
+    "tagged_processes",
+    "CHILD_TAG_VARIABLE",
     "cook_order",
     "record_cooked",
     "runner_command",
@@ -62,6 +69,10 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 #: Every child process is killed after this many seconds and the property fails, naming the command.
 DEFAULT_TIMEOUT_S = 300.0
+#: Every process the suite starts (and everything those start: workers, torch.distributed ranks, which
+#: torchrun puts in sessions of their own) inherits this variable with a value unique to its check, so
+#: :func:`stop` can find and end all of them, whatever process group or session they moved to.
+CHILD_TAG_VARIABLE = "PRIMUS_CONFORMANCE_CHILD"
 _DIST_VARS = ("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_", "GROUP_", "ROLE_", "TORCHELASTIC_")
 
 
@@ -183,6 +194,7 @@ class Child:
     process: subprocess.Popen
     stdout: IO[bytes]
     stderr: IO[bytes]
+    tag: str = ""
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
 
@@ -201,28 +213,57 @@ class Child:
 def start(
     args: Sequence[str], *, env: dict[str, str], show_env: Sequence[str] = (), cwd: str | None = None
 ) -> Child:
-    """Start ``args`` (a full command) in a new session, so :func:`stop` can end it and its children."""
+    """Start ``args`` (a full command) in a new session, tagged (see :data:`CHILD_TAG_VARIABLE`) so that
+    :func:`stop` can end it and every process it starts."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    tag = uuid.uuid4().hex
     process = subprocess.Popen(
         list(args),
-        env=env,
+        env={**env, CHILD_TAG_VARIABLE: tag},
         cwd=cwd or os.getcwd(),
         stdout=stdout,
         stderr=stderr,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
-    return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr)
+    return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Process ids whose environment holds ``CHILD_TAG_VARIABLE=tag`` (Linux ``/proc``; elsewhere [])."""
+    needle = f"{CHILD_TAG_VARIABLE}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
 
 
 def stop(child: Child) -> None:
-    """Kill ``child`` and every process of its session (workers, torch.distributed ranks)."""
+    """Kill ``child``, every process of its session, and every process that inherited its tag (workers,
+    torch.distributed ranks in sessions of their own); returns when none is left."""
     if child.process.poll() is None:
         try:
             os.killpg(child.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             child.process.kill()
     child.process.wait()
+    if not child.tag:
+        return
+    for _ in range(50):
+        left = tagged_processes(child.tag)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def finish(child: Child, *, what: str, reproduce: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
@@ -381,16 +422,26 @@ def _shard(options: argparse.Namespace) -> None:
         dist.destroy_process_group()
 
 
+def _probe(options: argparse.Namespace) -> None:
+    from .probe import load_everything
+
+    outcome = load_everything(_target(options), options.dataset[0])
+    Path(options.out).write_text(json.dumps({"pid": os.getpid(), **outcome}), encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The child entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m conformance.runner", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("determinism", "shard"):
+    for name in ("determinism", "shard", "probe"):
         p = sub.add_parser(name)
         p.add_argument("--spec", required=True, help="MODULE:ATTR of the target")
         p.add_argument("--kind", required=True, choices=["cooker", "task_encoder"])
         p.add_argument("--input-form", default="bytes", choices=["bytes", "decoded"])
         p.add_argument("--dataset", action="append", required=True, help="prepared dataset (repeatable)")
+        if name == "probe":
+            p.add_argument("--out", required=True)
+            continue
         if name == "determinism":
             p.add_argument(
                 "--seed", type=int, action="append", required=True, help="loader seed (repeatable)"
@@ -407,6 +458,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = parser.parse_args(argv)
     if options.command == "determinism":
         _determinism(options)
+    elif options.command == "probe":
+        _probe(options)
     else:
         _shard(options)
 

@@ -97,6 +97,11 @@ class Target:
             return self.input_form == "decoded"
         return getattr(self.make_task_encoder(), "decoder", None) is not None
 
+    def decoder(self) -> Any:
+        """The decoder Energon applies before the target's cookers: a TaskEncoder's own ``decoder``; for a
+        cooker, none (``input_form="bytes"``) or the safe decoder (``"decoded"``)."""
+        return getattr(self.make_task_encoder(), "decoder", None)
+
     def make_task_encoder(self) -> TaskEncoder:
         if self.kind == "cooker":
             return HarnessTaskEncoder(self.cookers[0], self.input_form)
@@ -113,21 +118,49 @@ def resolve_target(spec: str | Any, *, kind: str | None = None, input_form: Inpu
     """A :class:`Target` from ``MODULE:ATTR`` or from the object itself.
 
     ``kind`` ("cooker" or "task_encoder") is inferred when not given: a ``Cooker`` or a function is a
-    cooker, a ``TaskEncoder`` class or instance a TaskEncoder. Raises ``ValueError`` otherwise.
-    """
+    cooker, a ``TaskEncoder`` class or instance a TaskEncoder. A TaskEncoder class must build with no
+    arguments. Raises ``ValueError`` with a one-line explanation otherwise (wrong kind: which option to
+    use instead)."""
     obj = load_object(spec) if isinstance(spec, str) else spec
     label = spec if isinstance(spec, str) else f"{getattr(obj, '__module__', '?')}:{_qualname(obj)}"
-    is_te = (isinstance(obj, type) and issubclass(obj, TaskEncoder)) or isinstance(obj, TaskEncoder)
+    is_te_class = isinstance(obj, type) and issubclass(obj, TaskEncoder)
+    is_te = is_te_class or isinstance(obj, TaskEncoder)
     is_cooker = isinstance(obj, Cooker) or (callable(obj) and not isinstance(obj, type) and not is_te)
     if kind is None:
         kind = "task_encoder" if is_te else "cooker" if is_cooker else None
+    what = _describe_object(obj)
     if kind == "task_encoder" and not is_te:
-        raise ValueError(f"{label} is a {type(obj).__name__}, not a TaskEncoder class or instance")
+        hint = f"; check it with --cooker {label}" if is_cooker else ""
+        raise ValueError(f"{label} is {what}, not a TaskEncoder class or instance{hint}")
     if kind == "cooker" and not is_cooker:
-        raise ValueError(f"{label} is a {type(obj).__name__}, not a Cooker or a cook function")
+        hint = f"; check it with --task-encoder {label}" if is_te else ""
+        raise ValueError(f"{label} is {what}, not an Energon Cooker or a cook function{hint}")
     if kind is None:
-        raise ValueError(f"{label} is neither a Cooker/cook function nor a TaskEncoder")
+        raise ValueError(f"{label} is {what}: neither a Cooker/cook function nor a TaskEncoder")
+    if is_te_class and kind == "task_encoder":
+        try:
+            obj()
+        except Exception as error:
+            raise ValueError(
+                f"{label} cannot be built with no arguments ({type(error).__name__}: {error}); name a "
+                "module-level instance instead (MODULE:INSTANCE)"
+            ) from None
     return Target(spec=label, kind=kind, obj=obj, input_form=input_form)  # type: ignore[arg-type]
+
+
+def _describe_object(obj: Any) -> str:
+    if isinstance(obj, type) and issubclass(obj, TaskEncoder):
+        return "a TaskEncoder class"
+    if isinstance(obj, TaskEncoder):
+        return "a TaskEncoder instance"
+    if isinstance(obj, Cooker):
+        return "a Cooker"
+    if isinstance(obj, type):
+        return f"a class ({obj.__qualname__})"
+    if callable(obj):
+        return "a function"
+    kind = type(obj).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 def _qualname(obj: Any) -> str:

@@ -1,8 +1,9 @@
 """The conformance properties, one module each, in report order.
 
-Every property module has ``check(ctx: CheckContext) -> dict`` that returns details for the report,
-raises :class:`~conformance.results.PropertyFailure` when the target violates the property, and
-:class:`~conformance.results.PropertySkipped` when it does not apply.
+Every property module declares ``CLAIMS`` (its named claims, see :mod:`conformance.claims`) and has
+``check(ctx: CheckContext, claims: ClaimRecorder) -> dict`` that runs each claim inside
+``with claims.claim(name):`` and returns details for the report. Raising
+:class:`~conformance.results.PropertySkipped` outside a claim skips what has not run.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
+from ..claims import Claim, ClaimRecorder
 from ..context import CheckContext
 
-__all__ = ["Property", "PROPERTIES", "get_property"]
+__all__ = ["Property", "PROPERTIES", "get_property", "all_claims"]
 
 
 @dataclass(frozen=True)
@@ -24,25 +27,35 @@ class Property:
     module: str
     #: "cooker", "task_encoder" or both
     applies_to: frozenset[str] = frozenset({"cooker", "task_encoder"})
+    #: needs a target that cooks clean data: blocked (skipped, once) when ``accepted`` fails
+    needs_loader: bool = True
 
     @property
-    def check(self) -> Callable[[CheckContext], dict]:
-        return importlib.import_module(f"{__name__}.{self.module}").check
+    def _module(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    @property
+    def check(self) -> Callable[[CheckContext, ClaimRecorder], dict]:
+        return self._module.check
+
+    @property
+    def claims(self) -> tuple[Claim, ...]:
+        return self._module.CLAIMS
 
 
-_BOTH = frozenset({"cooker", "task_encoder"})
+_TE = frozenset({"task_encoder"})
 PROPERTIES: tuple[Property, ...] = (
-    Property("accepted", 1, "Accepted by Energon", "accepted"),
+    Property("accepted", 1, "Accepted by Energon", "accepted", needs_loader=False),
     Property("keys", 2, "Key forwarding", "keys"),
     Property("fidelity", 3, "Fidelity", "fidelity"),
     Property("purity", 4, "Purity", "purity"),
     Property("determinism", 5, "Determinism across fresh processes", "determinism"),
     Property("resume", 6, "Resume", "resume"),
-    Property("dispatch", 7, "Subflavor dispatch", "dispatch", frozenset({"task_encoder"})),
+    Property("dispatch", 7, "Subflavor dispatch", "dispatch", _TE),
     Property("blend", 8, "Weight ratios", "blend"),
     Property("sharding", 9, "Distributed sharding", "sharding"),
     Property("bad_input", 10, "Bad input and security", "bad_input"),
-    Property("batch", 11, "Batch contract", "batch", frozenset({"task_encoder"})),
+    Property("batch", 11, "Batch contract", "batch", _TE),
     Property("throughput", 12, "Throughput", "throughput"),
 )
 
@@ -52,3 +65,8 @@ def get_property(property_id: str) -> Property:
         if prop.id == property_id:
             return prop
     raise KeyError(f"unknown property {property_id!r}; known: {', '.join(p.id for p in PROPERTIES)}")
+
+
+def all_claims() -> list[Claim]:
+    """Every claim of every property, in report order."""
+    return [claim for prop in PROPERTIES for claim in prop.claims]

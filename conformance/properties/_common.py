@@ -17,6 +17,7 @@ from synthetic import ImageSpec, JsonSpec, TensorSpec, TextSpec
 from synthetic.schema import MemberSpec
 
 from ..data import field_candidates
+from ..execution import target_call
 from ..results import PropertyFailure
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "call_with_timeout",
     "TimedOut",
     "error_names_sample",
+    "decode_like_target",
+    "same_tensor",
 ]
 
 MISSING = object()
@@ -101,7 +104,7 @@ def compare(spec: MemberSpec, expected: Any, observed: Any) -> str | None:
             return f"dtype {str(observed.dtype).removeprefix('torch.')}, expected {str(expected.dtype).removeprefix('torch.')}"
         if tuple(observed.shape) != tuple(expected.shape):
             return f"shape {list(observed.shape)}, expected {list(expected.shape)}"
-        if not torch.equal(observed.cpu(), expected):
+        if not same_tensor(observed, expected):
             diff = (observed.cpu().double() - expected.double()).abs()
             return f"values differ (max abs difference {diff.max().item():.3g} at {int(diff.argmax())} of {diff.numel()})"
         return None
@@ -130,6 +133,27 @@ def compare(spec: MemberSpec, expected: Any, observed: Any) -> str | None:
     if observed != expected:
         return f"observed {observed!r:.120}, expected {expected!r:.120}"
     return None
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality of dtype, shape and every element (NaN equals the same NaN; -0.0 is not 0.0)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = a.detach().cpu().contiguous().reshape(-1), b.detach().cpu().contiguous().reshape(-1)
+    if a.dtype.is_complex or a.element_size() not in (1, 2, 4, 8):
+        return torch.equal(a, b)
+    unsigned = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.view(unsigned), b.view(unsigned))
+
+
+def decode_like_target(ctx: Any, sample: dict) -> dict:
+    """``sample`` (member bytes) as the target's cookers receive it: through the target's own decoder,
+    if it has one. A decoder error on benign data is the target's (:class:`~conformance.execution.TargetError`)."""
+    decoder = ctx.cached("decoder", ctx.target.decoder)
+    if decoder is None:
+        return dict(sample)
+    with target_call(f"the target's decoder on sample {sample.get('__key__')!r}"):
+        return decoder(dict(sample))
 
 
 class TimedOut(Exception):

@@ -1,143 +1,330 @@
-"""Property 10, bad input and security: a faulty sample (a required member missing, truncated or garbage
-bytes, a value of the wrong type, a caption that is not UTF-8) makes the target raise an error that names
-the sample, never hang, skip silently or fill in a default such as zeros; a payload whose unpickling would
-run code is refused and nothing runs, through the bare cooker and through the full loading path."""
+"""Property 10, bad input and security.
+
+``code_execution`` (always runs, even when the target cannot cook clean data): loading a shard whose
+members run code when unpickled, through the target as it is, in a fresh process, in the environment as
+it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`conformance.probe`).
+
+The other claims: a faulty sample (a required member missing, truncated or garbage bytes, a value of the
+wrong type, a caption that is not UTF-8) goes through the target's pipeline as in production (member bytes
+through its decoder, then its cooker and ``encode_sample``) and must end in an error: Energon's handler
+then logs the sample and counts it. A sample that comes out (a silent default such as zeros), vanishes
+through ``SkipSample`` (nothing logged, nothing counted) or hangs is a defect. An error that does not name
+the sample is advice: Energon's handler logs the sample's key and shard for every exception anyway.
+"""
 
 from __future__ import annotations
 
 import copy
+import inspect
+import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from megatron.energon import SkipSample
 
-from synthetic import ImageSpec, Schema, TensorSpec, TextSpec
-from synthetic.manifest import Manifest
+from synthetic import ImageSpec, TensorSpec, TextSpec
 
+from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..data import read_crude
-from ..execution import build_loader, closing, cook
-from ._common import TimedOut, call_with_timeout, error_names_sample, fail
+from ..execution import cook, worker_context
+from ..probe import (
+    ENVIRONMENTS,
+    EXTRA_MEMBERS,
+    PROBE_DIR_VARIABLE,
+    build_probe_dataset,
+    environment,
+    load_everything,
+    read_findings,
+)
+from ..results import PropertyFailure, PropertySkipped
+from ..runner import Child, child_env, child_target_args, finish, runner_command, start, stop
+from ._common import TimedOut, call_with_timeout, decode_like_target, error_names_sample
+
+CLAIMS = claims_of(
+    "bad_input",
+    (
+        "code_execution",
+        "loading a shard whose members run code when unpickled (.pth, .pickle, .pyd, .npy with objects) runs "
+        "nothing, also with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1",
+        Harm.SECURITY,
+        "never unpickle shard data: decoder = None plus torch.load(..., weights_only=True) passed explicitly "
+        "(or primus_energon.read_tensor), or primus_energon.decoding.SafeSampleDecoder",
+        {"always": True},
+    ),
+    (
+        "missing_member",
+        "a sample without a required member raises an error (no silent default, no silent skip, no hang)",
+        Harm.BAD_INPUT,
+        "raise an error when a required member is missing",
+    ),
+    (
+        "corrupt_payload",
+        "truncated or garbage member bytes raise an error (no silent default, no silent skip, no hang)",
+        Harm.BAD_INPUT,
+        "let the decode error propagate (do not catch it and fill in a default)",
+    ),
+    (
+        "wrong_type",
+        "a member value of the wrong type raises an error (no silent default, no silent skip, no hang)",
+        Harm.BAD_INPUT,
+        "check the member's type and raise TypeError for anything else",
+    ),
+    (
+        "not_utf8",
+        "a caption that is not UTF-8 raises an error (no replacement characters, no silent skip)",
+        Harm.BAD_INPUT,
+        "decode with bytes.decode('utf-8') (strict), not errors='replace'/'ignore'",
+    ),
+    (
+        "names_sample",
+        "the error raised for a faulty sample names it (its __key__)",
+        Harm.ADVICE,
+        "put the sample's __key__ (and member) in the message; Energon's handler also logs key and shard",
+    ),
+)
 
 #: Members a reference format may lack: the preencoded caption (Primus' encoded pipeline writes none).
 OPTIONAL_MEMBERS = {("preencoded", "caption.txt")}
-COOK_TIMEOUT_S = 30.0
+#: mutation label -> claim
+_CLAIM_OF = {
+    "missing": "missing_member",
+    "truncated": "corrupt_payload",
+    "garbage bytes": "corrupt_payload",
+    "wrong type (an int)": "wrong_type",
+    "not UTF-8": "not_utf8",
+}
 
 
-def _mutations(member: str, spec: Any, value: Any, decoded: bool) -> Iterator[tuple[str, Any]]:
-    yield "missing", None
-    yield "wrong type (an int)", 12345
-    if decoded or not isinstance(value, (bytes, bytearray)):
+def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
+    """``(label, stage, bad value)``; stage "bytes" mutates the member bytes before the target's decoder,
+    stage "value" the value the cooker receives (after the decoder)."""
+    yield "missing", "value", None
+    yield "wrong type (an int)", "value", 12345
+    if not isinstance(value, (bytes, bytearray)):
         return
     if isinstance(spec, TextSpec):
-        yield "not UTF-8", b"caption \xff\xfe\xfd not utf-8"
-        return
-    if isinstance(spec, (TensorSpec, ImageSpec)):
-        yield "truncated", bytes(value[: len(value) // 2])
-        yield "garbage bytes", b"\x00garbage\xff" * 8
+        yield "not UTF-8", "bytes", b"caption \xff\xfe\xfd not utf-8"
+    elif isinstance(spec, (TensorSpec, ImageSpec)):
+        yield "truncated", "bytes", bytes(value[: len(value) // 2])
+        yield "garbage bytes", "bytes", b"\x00garbage\xff" * 8
 
 
-def _bad_samples(ctx: CheckContext, encoding: str | None, crude: list[dict]) -> Iterator[tuple[str, dict]]:
-    schema = ctx.workspace.schema(encoding)
-    decoded = ctx.target.wants_decoded
-    template = crude[0]
-    for member, spec in schema.members.items():
-        if member not in template:
-            continue
-        for label, bad in _mutations(member, spec, template[member], decoded):
-            if label == "missing" and (schema.encoding, member) in OPTIONAL_MEMBERS:
-                continue
-            sample = copy.deepcopy(template)
-            if bad is None:
-                del sample[member]
-            else:
-                sample[member] = bad
-            yield f"member {member!r} {label}", sample
-
-
-def _expect_error(ctx: CheckContext, what: str, sample: dict) -> None:
-    key = sample["__key__"]
+def _outcome(ctx: CheckContext, sample: dict, stage: str, member: str, bad: Any) -> tuple[str, Any]:
+    """Run one faulty sample through the target's pipeline: ``("error", exception)`` when some stage raised,
+    ``("decoder", exception)`` when the decoder refused it, ``("skip", None)``, ``("hang", None)`` or
+    ``("output", value)``."""
+    sample = dict(sample)
+    if stage == "bytes":
+        sample[member] = bad
     try:
-        output = call_with_timeout(lambda: cook(ctx.target, sample, seed=ctx.seed), COOK_TIMEOUT_S)
+        decoded = decode_like_target(ctx, sample)
+    except Exception as error:  # the decoder refused it: Energon logs and counts the sample
+        return "decoder", error
+    if stage == "value":
+        if bad is None:
+            decoded.pop(member, None)
+        else:
+            decoded[member] = bad
+
+    def pipeline() -> Any:
+        output = cook(ctx.target, decoded, seed=ctx.seed, clean=False)
+        if ctx.target.kind == "task_encoder":
+            task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
+            with worker_context(ctx.seed, 0):
+                output = task_encoder.encode_sample(output)
+                if inspect.isgenerator(output):
+                    output = list(output)
+        return output
+
+    try:
+        return "output", call_with_timeout(pipeline, ctx.call_timeout_s)
     except TimedOut:
-        fail(
-            f"{what}: cooking sample {key!r} hung (no result after {COOK_TIMEOUT_S:.0f} s)",
-            ctx.reproduce("bad_input"),
-        )
+        return "hang", None
     except SkipSample:
-        fail(
-            f"{what}: the cooker raised SkipSample for {key!r}, so the bad sample would vanish silently; raise an "
-            "error that names the sample instead (Energon logs and counts it)",
-            ctx.reproduce("bad_input"),
-        )
+        return "skip", None
     except Exception as error:
-        if not error_names_sample(error, key):
-            fail(
-                f"{what}: the error does not name the sample {key!r}: {type(error).__name__}: {str(error)[:300]}. "
-                "Put the sample's __key__ (and its shard) in the message",
-                ctx.reproduce("bad_input"),
+        return "error", error
+
+
+def _judge(
+    ctx: CheckContext, claims: ClaimRecorder, label: str, what: str, key: str, kind: str, value: Any
+) -> None:
+    with claims.claim(_CLAIM_OF[label]) as claim:
+        claim.examined()
+        if kind == "hang":
+            claim.problem(
+                f"{what}: the target hung on sample {key!r} (no result after {ctx.call_timeout_s:.0f} s)"
             )
-        return
-    fail(
-        f"{what}: cooking sample {key!r} succeeded (output {type(output).__name__}) instead of raising: a faulty "
-        "sample must not become a training sample with a silent default",
-        ctx.reproduce("bad_input"),
-    )
-
-
-def _malicious(ctx: CheckContext, encoding: str | None) -> dict:
-    schema = ctx.workspace.schema(encoding)
-    if not any(isinstance(spec, TensorSpec) for spec in schema.members.values()):
-        # A format without tensor members (raw images) still meets .pth members in the wild; the decoder
-        # of the loading path must leave them alone too.
-        members = {**schema.members, "payload.pth": TensorSpec((4,), "float32")}
-        schema = Schema(encoding=schema.encoding, members=members, subflavors=schema.subflavors)
-    path = ctx.workspace.generated(
-        encoding, "malicious", schema=schema, num_samples=8, shard_size=4, faults={"malicious-pickle": 1}
-    )
-    manifest = Manifest.load(path)
-    marker = Path(manifest.marker_path)
-    (fault,) = [f for f in manifest.faults if f.kind == "malicious-pickle"]
-    marker.unlink(missing_ok=True)
-    (sample,) = [s for s in read_crude(path) if s["__key__"] == fault.key]
-    if ctx.target.input_form == "bytes":
-        try:
-            cook(ctx.target, sample, seed=ctx.seed)
-        except Exception:
-            pass
-        if marker.exists():
-            fail(
-                f"the bare cooker unpickled the code-running payload in member {fault.member!r} of sample "
-                f"{fault.key!r}: the marker file {str(marker)!r} appeared. Load tensors with "
-                "torch.load(..., weights_only=True) or primus_energon.load_tensor",
-                ctx.reproduce("bad_input"),
+        elif kind == "skip":
+            claim.problem(
+                f"{what}: the target raised SkipSample for {key!r}, so the faulty sample vanishes with nothing "
+                "logged or counted; raise an error instead (Energon logs and counts it)"
             )
-    try:
-        with closing(
-            build_loader(ctx.target, path, batch_size=1, num_workers=0, mode="val", on_error="skip")
-        ) as loader:
-            for _ in loader:
-                pass
-    except Exception:
-        pass
-    if marker.exists():
-        fail(
-            f"loading the shard through {ctx.target.describe()} ran the code in member {fault.member!r} of sample "
-            f"{fault.key!r} (the marker file {str(marker)!r} appeared). Energon's default SampleDecoder unpickles "
-            ".pth members with full unpickling (weights_only off): set `decoder = None` (decode in the cooker with "
-            "weights_only=True) or use primus_energon.decoding.SafeSampleDecoder",
-            ctx.reproduce("bad_input"),
-        )
-    return {"malicious_member": fault.member}
+        elif kind == "output":
+            claim.problem(
+                f"{what}: sample {key!r} came out as a training sample ({type(value).__name__}) instead of "
+                "raising: a silent default"
+            )
+    if kind == "error":
+        with claims.claim("names_sample") as claim:
+            claim.examined()
+            if not error_names_sample(value, key):
+                claim.problem(
+                    f"{what}: the error does not name the sample {key!r}: {type(value).__name__}: "
+                    f"{' '.join(str(value).split())[:200]}"
+                )
 
 
-def check(ctx: CheckContext) -> dict:
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
+    details: dict[str, Any] = {}
+    with claims.claim("code_execution") as claim:
+        details["probe"] = _code_execution(ctx, claim)
     checked = []
     for encoding in ctx.encodings():
-        crude = read_crude(ctx.main_dataset(encoding), decoded=ctx.target.wants_decoded)
-        for what, sample in _bad_samples(ctx, encoding, crude):
-            _expect_error(ctx, what, sample)
-            checked.append(what)
-        _malicious(ctx, encoding)
-    return {"faults": checked}
+        schema = ctx.workspace.schema(encoding)
+        raw = ctx.raw(ctx.main_dataset(encoding), limit=1)
+        if not raw:
+            for name in set(_CLAIM_OF.values()):
+                with claims.claim(name) as claim:
+                    claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
+            continue
+        template = raw[0]
+        for member, spec in schema.members.items():
+            if member not in template:
+                continue
+            for label, stage, bad in _mutations(spec, template[member]):
+                if label == "missing" and (schema.encoding, member) in OPTIONAL_MEMBERS:
+                    continue
+                what = f"member {member!r}: {label}"
+                kind, value = _outcome(ctx, copy.copy(template), stage, member, bad)
+                _judge(ctx, claims, label, what, template["__key__"], kind, value)
+                checked.append(what)
+    for name in ("not_utf8", "corrupt_payload"):
+        claims.not_applicable(name, "the data format has no member of this kind")
+    details["faults"] = checked
+    return details
+
+
+# --- the code-execution probe ---------------------------------------------------------------------------
+
+
+def _probe_dataset(ctx: CheckContext, encoding: str | None) -> tuple[Path, list[tuple[str, str]]]:
+    schema = ctx.workspace.schema(encoding)
+    members = [m for m in schema.members] + [m for m in EXTRA_MEMBERS if m not in schema.members]
+    base = ctx.workspace.generated(
+        encoding, "probe", num_samples=len(members) + 1, shard_size=len(members) + 1
+    )
+    out = ctx.workspace.root / f"{base.name}-hostile"
+    poisoned_file = out / "poisoned.json"
+    if poisoned_file.exists():
+        return out, [tuple(p) for p in json.loads(poisoned_file.read_text())]
+    poisoned = build_probe_dataset(out, ctx.raw(base), ctx.workspace.subflavors(base), members)
+    poisoned_file.write_text(json.dumps(poisoned))
+    return out, poisoned
+
+
+def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
+    runs = []
+    for encoding in ctx.encodings():
+        path, poisoned = _probe_dataset(ctx, encoding)
+        fallback = path.parent / f"{path.name}.markers"  # where a process without the probe's variable writes
+        shutil.rmtree(fallback, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="conformance-probe-") as tmp:
+            outcomes = _run_probe(ctx, path, Path(tmp))
+            findings = [f for label in outcomes for f in read_findings(Path(tmp) / _slug(label), label)]
+        findings += read_findings(fallback, "default")
+        for label, outcome in outcomes.items():
+            if outcome.get("incomplete"):
+                claim.problem(
+                    f"the probe could not finish loading the hostile shard through {ctx.target.describe()} "
+                    f"({label} environment): {outcome['incomplete']}; code execution is not ruled out"
+                )
+            else:
+                claim.examined(len(poisoned))
+        _report(ctx, claim, findings)
+        runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": outcomes})
+    return {"runs": runs}
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label)
+
+
+def _run_probe(ctx: CheckContext, path: Path, tmp: Path) -> dict[str, dict]:
+    """One probe run per environment, in fresh processes side by side (in-process, one after the other,
+    when the target cannot be rebuilt in another process)."""
+    try:
+        args = child_target_args(ctx.target)
+    except PropertySkipped:
+        args = None
+    outcomes: dict[str, dict] = {}
+    if args is None:
+        for label, variables in ENVIRONMENTS.items():
+            markers = tmp / _slug(label)
+            markers.mkdir()
+            with environment({**variables, PROBE_DIR_VARIABLE: str(markers)}):
+                try:
+                    outcomes[label] = call_with_timeout(
+                        lambda: load_everything(ctx.target, path), ctx.timeout_s
+                    ) | {"process": "in-process (the target cannot be rebuilt in a fresh process)"}
+                except TimedOut:
+                    outcomes[label] = {"incomplete": f"loading hung for {ctx.timeout_s:.0f} s"}
+        return outcomes
+    children: dict[str, tuple[Child, Path]] = {}
+    try:
+        for label, variables in ENVIRONMENTS.items():
+            markers = tmp / _slug(label)
+            markers.mkdir()
+            out = tmp / f"{_slug(label)}.json"
+            command = runner_command("probe", [*args, "--dataset", str(path), "--out", str(out)])
+            env = child_env(**variables, **{PROBE_DIR_VARIABLE: str(markers)})
+            children[label] = (start(command, env=env, show_env=list(variables)), out)
+        for label, (child, out) in children.items():
+            outcomes[label] = _wait(ctx, child, out)
+    finally:
+        for child, _ in children.values():
+            stop(child)
+    return outcomes
+
+
+def _wait(ctx: CheckContext, child: Child, out: Path) -> dict:
+    try:
+        finish(child, what="the probe process", reproduce="", timeout=ctx.timeout_s)
+    except PropertyFailure as failure:  # hung (killed) or crashed: the markers so far still count
+        return {"incomplete": failure.message}
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
+    by_member: dict[tuple[str, str], list] = {}
+    for finding in findings:
+        by_member.setdefault((finding.key, finding.member), []).append(finding)
+    for (key, member), found in sorted(by_member.items()):
+        environments = [f.environment for f in found]
+        first = found[0]
+        only_forced = environments == ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"]
+        when = (
+            "only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (so a torch.load without an explicit weights_only=True)"
+            if only_forced
+            else "in the default environment"
+            + (" and with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" if len(found) > 1 else "")
+        )
+        if first.ran_by == "decoder":
+            fix = (
+                "set `decoder = None` and read members in the cooker with torch.load(..., weights_only=True) or "
+                "primus_energon.read_tensor, or use primus_energon.decoding.SafeSampleDecoder: Energon's "
+                "SampleDecoder gives .pth to torch.load with weights_only off and .pickle/.pyd to pickle.loads"
+            )
+        elif only_forced:
+            fix = "pass weights_only=True explicitly to torch.load (the environment variable cannot override that)"
+        else:
+            fix = (
+                "never unpickle shard data (pickle.loads, np.load(allow_pickle=True), torch.load(weights_only=False)); "
+                "read tensors with torch.load(..., weights_only=True) or primus_energon.read_tensor"
+            )
+        claim.problem(
+            f"member {member!r} of sample {key!r} ran its code when {first.where} unpickled it, {when}. Fix: {fix}"
+        )

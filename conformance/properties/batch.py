@@ -19,12 +19,44 @@ from megatron.energon import TaskEncoder
 from synthetic import TensorSpec
 from synthetic.manifest import Manifest
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..data import read_crude
-from ..execution import matching_cooker, worker_context
+from ..execution import matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
 from ..results import PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
+
+CLAIMS = claims_of(
+    "batch",
+    (
+        "rows",
+        "every stacked field has leading dimension B and row i is sample i's; list fields keep batch order; "
+        "no sample is dropped, duplicated or reordered",
+        Harm.DATA,
+        "torch.stack the samples' fields in the order batch() receives them",
+    ),
+    (
+        "mismatched_shapes",
+        "samples whose shapes differ are not padded, reshaped or cast into a batch: batch() raises, or keeps "
+        "each sample's value intact",
+        Harm.DATA,
+        "let torch.stack raise (or bucket by shape); padding silently puts values into training that the data "
+        "never had",
+    ),
+    (
+        "error_names_samples",
+        "the error for mismatched shapes names the samples",
+        Harm.ADVICE,
+        "catch the stack error and re-raise it with the samples' keys and shapes (primus_energon.BatchShapeError)",
+    ),
+    (
+        "inputs_unchanged",
+        "encode_sample and batch() write neither into their samples nor into the crude member bytes",
+        Harm.ADVICE,
+        "compute into new tensors (clone() before an in-place op): a zero-copy cooker's tensors are views of "
+        "the bytes Energon read",
+    ),
+)
 
 
 def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any]:
@@ -33,7 +65,10 @@ def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any
     cookers = task_encoder.cookers
     for index, sample in enumerate(crude):
         cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
-        with worker_context(seed, index):
+        with (
+            target_call(f"cooking and encoding the clean sample {sample.get('__key__')!r}"),
+            worker_context(seed, index),
+        ):
             cooked = cooker.cook(copy.deepcopy(sample))
             encoded = task_encoder.encode_sample(cooked)
             if inspect.isgenerator(encoded):
@@ -47,12 +82,16 @@ def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any
     return out
 
 
-def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int) -> Any:
-    with worker_context(seed, 0):
+def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int, *, clean: bool = True) -> Any:
+    """``task_encoder.batch(samples)``; on clean samples an exception is the target's (TargetError)."""
+    if not clean:
+        with worker_context(seed, 0):
+            return task_encoder.batch(list(samples))
+    with target_call(f"batch() of {len(samples)} clean samples"), worker_context(seed, 0):
         return task_encoder.batch(list(samples))
 
 
-def _check_rows(ctx: CheckContext, batch: Any, samples: list[Any]) -> int:
+def _check_rows(batch: Any, samples: list[Any]) -> int:
     size = len(samples)
     keys = [get_field(s, "__key__") for s in samples]
     matched = 0
@@ -65,72 +104,64 @@ def _check_rows(ctx: CheckContext, batch: Any, samples: list[Any]) -> int:
             if value.ndim == 0 or value.shape[0] != size:
                 fail(
                     f"batch field {name!r} has shape {list(value.shape)}: the leading dimension must be the batch "
-                    f"size {size}",
-                    ctx.reproduce("batch"),
+                    f"size {size}"
                 )
             for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
                 if value[row].shape != expected.shape or value.dtype != expected.dtype:
                     fail(
                         f"batch field {name!r} row {row} is {list(value[row].shape)} {value.dtype}, sample {key!r} has "
                         f"{list(expected.shape)} {expected.dtype}: the batch padded, reshaped or cast it. Samples that "
-                        "cannot be stacked as they are must raise an error naming them",
-                        ctx.reproduce("batch"),
+                        "cannot be stacked as they are must raise an error naming them"
                     )
                 if not torch.equal(value[row], expected):
                     fail(
                         f"batch field {name!r} row {row} is not sample {row}'s value (key {key!r}); batch order "
-                        f"must be sample order (keys {keys})",
-                        ctx.reproduce("batch"),
+                        f"must be sample order (keys {keys})"
                     )
             matched += 1
         elif isinstance(value, (list, tuple)) and not name.startswith("__"):
             if len(value) != size:
-                fail(
-                    f"batch field {name!r} has {len(value)} entries for {size} samples",
-                    ctx.reproduce("batch"),
-                )
+                fail(f"batch field {name!r} has {len(value)} entries for {size} samples")
             for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
                 if fingerprint(value[row]) != fingerprint(expected):
-                    fail(
-                        f"batch field {name!r} entry {row} is not sample {row}'s value (key {key!r})",
-                        ctx.reproduce("batch"),
-                    )
+                    fail(f"batch field {name!r} entry {row} is not sample {row}'s value (key {key!r})")
             matched += 1
     batch_keys = get_field(batch, "__key__")
     if batch_keys is not MISSING and list(batch_keys) != keys:
         fail(
-            f"batch __key__ is {list(batch_keys)}, the samples were {keys}: dropped, duplicated or reordered",
-            ctx.reproduce("batch"),
+            f"batch __key__ is {list(batch_keys)}, the samples were {keys}: dropped, duplicated or reordered"
         )
     return matched
 
 
-def check(ctx: CheckContext) -> dict:
-    if ctx.target.kind != "task_encoder":
-        raise PropertySkipped("the batch contract applies to TaskEncoders; a cooker has no batch()")
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     task_encoder = ctx.target.make_task_encoder()
-    decoded = getattr(task_encoder, "decoder", None) is not None
     stats = {"batches": 0}
     for encoding in ctx.encodings():
-        crude = read_crude(ctx.main_dataset(encoding), decoded=decoded)[:16]
-        samples = _encode(task_encoder, crude, ctx.seed)
+        crude = ctx.crude(ctx.main_dataset(encoding), limit=16)
+        with claims.claim("rows") as claim:
+            samples = _encode(task_encoder, crude, ctx.seed)
+            if not samples:
+                claim.nothing_because(ctx.unreadable() or "no sample could be read")
+            else:
 
-        @ctx.profile.hypothesis_settings()
-        @given(rows=st.lists(st.integers(0, len(samples) - 1), min_size=1, max_size=8, unique=True))
-        def contract(rows: list[int]) -> None:
-            chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
-            matched = _check_rows(ctx, _batch(task_encoder, chosen, ctx.seed), chosen)
-            if matched == 0:
-                fail(
-                    f"no batch field corresponds to a sample field (batch fields {field_names(_batch(task_encoder, chosen, ctx.seed))}); "
-                    "the batch contract cannot be checked",
-                    ctx.reproduce("batch"),
-                )
-            stats["batches"] += 1
+                @ctx.profile.hypothesis_settings()
+                @given(rows=st.lists(st.integers(0, len(samples) - 1), min_size=1, max_size=8, unique=True))
+                def contract(rows: list[int]) -> None:
+                    chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
+                    batch = _batch(task_encoder, chosen, ctx.seed)
+                    if _check_rows(batch, chosen) == 0:
+                        fail(
+                            f"no batch field corresponds to a sample field (batch fields {field_names(batch)}); "
+                            "the batch contract cannot be checked"
+                        )
+                    claim.examined()  # noqa: B023
+                    stats["batches"] += 1
 
-        contract()
-        _inputs_left_alone(ctx, task_encoder, crude[:4])
-        _mismatched_shapes(ctx, task_encoder, encoding, decoded)
+                contract()
+        with claims.claim("inputs_unchanged") as claim:
+            _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
+        _mismatched_shapes(ctx, claims, task_encoder, encoding)
     return stats
 
 
@@ -144,7 +175,7 @@ def _snapshot(crude: dict) -> dict[str, Any]:
     }
 
 
-def _inputs_left_alone(ctx: CheckContext, task_encoder: TaskEncoder, crude: list[dict]) -> None:
+def _inputs_left_alone(claim: Any, task_encoder: TaskEncoder, crude: list[dict], seed: int) -> None:
     """Cook, encode and batch fresh copies of ``crude`` (member bytes copied too: in-place writes must not
     reach the suite's own data); neither the crude members nor the encoded samples may change."""
     sources = [
@@ -155,56 +186,75 @@ def _inputs_left_alone(ctx: CheckContext, task_encoder: TaskEncoder, crude: list
     cookers = task_encoder.cookers
     for index, source in enumerate(sources):
         cooker = cookers[matching_cooker(cookers, source.get("__subflavors__")) or 0]
-        with worker_context(ctx.seed, index):
+        with (
+            target_call(f"cooking and encoding the clean sample {source.get('__key__')!r}"),
+            worker_context(seed, index),
+        ):
             encoded = task_encoder.encode_sample(cooker.cook(source))
         if inspect.isgenerator(encoded):
-            return  # several samples per input: rows cannot be matched (the contract check says so)
+            raise PropertySkipped("encode_sample yields several samples per input; rows cannot be matched")
         samples.append(encoded)
     samples_before = [fingerprint(sample) for sample in samples]
-    _batch(task_encoder, samples, ctx.seed)
+    _batch(task_encoder, samples, seed)
     for source, before in zip(sources, crude_before, strict=True):
+        claim.examined()
         changed = sorted(k for k, digest in _snapshot(source).items() if before.get(k) != digest)
         if changed:
-            fail(
-                f"cooking and encoding sample {source.get('__key__')!r} wrote into its crude member(s) {changed}. "
-                "With a zero-copy cooker the tensors are views of the bytes Energon read: clone() before "
-                "modifying a tensor in place in encode_sample or batch(), or use a cooker whose tensors own "
-                "their memory",
-                ctx.reproduce("batch"),
+            claim.problem(
+                f"cooking and encoding sample {source.get('__key__')!r} wrote into its crude member(s) {changed} "
+                "(with a zero-copy cooker the tensors are views of the bytes Energon read)"
             )
     for sample, before in zip(samples, samples_before, strict=True):
         if fingerprint(sample) != before:
-            fail(
+            claim.problem(
                 f"batch() modified sample {get_field(sample, '__key__')!r} in place "
-                f"({first_difference(before, fingerprint(sample))}). batch() must leave its samples as they "
-                "are (Energon may batch a restored sample again); compute into new tensors",
-                ctx.reproduce("batch"),
+                f"({first_difference(before, fingerprint(sample))})"
             )
 
 
 def _mismatched_shapes(
-    ctx: CheckContext, task_encoder: TaskEncoder, encoding: str | None, decoded: bool
+    ctx: CheckContext, claims: ClaimRecorder, task_encoder: TaskEncoder, encoding: str | None
 ) -> None:
     schema = ctx.workspace.schema(encoding)
     if not any(isinstance(spec, TensorSpec) for spec in schema.members.values()):
+        for name in ("mismatched_shapes", "error_names_samples"):
+            claims.not_applicable(name, "the data format has no tensor members")
         return
     path = ctx.workspace.generated(
         encoding, "wrong-shape", num_samples=8, shard_size=8, faults={"wrong-shape": 1}
     )
     (fault,) = [f for f in Manifest.load(path).faults if f.kind == "wrong-shape"]
-    crude = read_crude(path, decoded=decoded)
-    odd = next(s for s in crude if s["__key__"] == fault.key)
-    normal = [s for s in crude if s["__key__"] != fault.key][:3]
-    samples = _encode(task_encoder, normal + [odd], ctx.seed)
-    try:
-        batch = _batch(task_encoder, samples, ctx.seed)
-    except Exception as error:
-        if not error_names_sample(error, fault.key):
-            fail(
-                f"batching samples of mismatched shapes (member {fault.member!r} of {fault.key!r} differs) raised "
-                f"{type(error).__name__} without naming the sample: {str(error)[:300]}",
-                ctx.reproduce("batch"),
-            )
+    error_raised: BaseException | None = None
+    reached = False
+    with claims.claim("mismatched_shapes") as claim:
+        crude = ctx.crude(path)
+        odd = [s for s in crude if s["__key__"] == fault.key]
+        normal = [s for s in crude if s["__key__"] != fault.key][:3]
+        if not odd or not normal:
+            claim.nothing_because(ctx.unreadable() or "the samples of mismatched shapes could not be read")
+            return
+        samples = _encode(task_encoder, normal + odd, ctx.seed)
+        claim.examined()
+        reached = True
+        try:
+            batch = _batch(task_encoder, samples, ctx.seed, clean=False)
+        except Exception as error:
+            error_raised = error
+        else:
+            # The TaskEncoder does not stack that field: every sample's value must still be intact.
+            _check_rows(batch, samples)
+    if error_raised is None:
+        why = (
+            "batch() raised no error for mismatched shapes"
+            if reached
+            else "blocked by batch/mismatched_shapes"
+        )
+        claims.not_applicable("error_names_samples", why)
         return
-    # The TaskEncoder does not stack that field: every sample's value must still be intact.
-    _check_rows(ctx, batch, samples)
+    with claims.claim("error_names_samples") as claim:
+        claim.examined()
+        if not error_names_sample(error_raised, fault.key):
+            claim.problem(
+                f"batching samples of mismatched shapes (member {fault.member!r} of {fault.key!r} differs) raised "
+                f"{type(error_raised).__name__} without naming the samples: {' '.join(str(error_raised).split())[:300]}"
+            )

@@ -47,13 +47,39 @@ from megatron.energon.task_encoder.base import get_stateless
 
 from synthetic import Schema
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import infer_schema
-from ..execution import build_loader, closing
+from ..execution import build_loader, closing, target_call
 from ..stats import chi_square_test, cohen_w, required_n
 from ._common import MISSING, fail, get_field
 
-__all__ = ["check", "metadataset_leaves", "duplicate_leaves", "Leaf", "ALPHA", "POWER", "EFFECT"]
+__all__ = ["check", "CLAIMS", "metadataset_leaves", "duplicate_leaves", "Leaf", "ALPHA", "POWER", "EFFECT"]
+
+CLAIMS = claims_of(
+    "blend",
+    (
+        "ratios",
+        "the samples that reach batch() come from each dataset of a weighted blend in the proportions of "
+        "the weights (chi-square, alpha 1e-6, 99% power at Cohen's w 0.05), across workers and ranks",
+        Harm.DATA,
+        "do not skip, drop or duplicate samples of one source after the blend (encode_sample, batch)",
+    ),
+    (
+        "subflavors",
+        "every sample carries its blend entry's subflavors (merged by Energon into __subflavors__)",
+        Harm.ADVICE,
+        "pass the crude sample's __subflavors__ on unchanged (**basic_sample_keys(sample)), so training can "
+        "tell the blend's sources apart",
+    ),
+    (
+        "duplicates",
+        "the user's metadataset (--conformance-dataset x.yaml) lists no dataset twice",
+        Harm.DATA,
+        "list each dataset once and give it the summed weight (Energon 7.4.1 gives both entries the same "
+        "sample stream, issue #266)",
+    ),
+)
 
 ALPHA = 1e-6
 POWER = 0.99
@@ -258,17 +284,16 @@ def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
     return pairs
 
 
-def _check_user_metadataset(ctx: CheckContext, yaml_path: str) -> list[Leaf]:
+def _check_user_metadataset(claims: ClaimRecorder, yaml_path: str) -> list[Leaf]:
     leaves = metadataset_leaves(yaml_path)
-    pairs = duplicate_leaves(leaves)
-    if pairs:
-        shown = "; ".join(f"{a.path!r} is listed at {a.where} and again at {b.where}" for a, b in pairs)
-        fail(
-            f"a dataset appears twice in the blend of {yaml_path!r}: {shown}. Energon 7.4.1 gives both "
-            "entries the same worker seed, so they yield identical sample streams and that dataset's samples "
-            "arrive in pairs (Energon issue #266); list each dataset once and give it the summed weight",
-            ctx.reproduce("blend"),
-        )
+    with claims.claim("duplicates") as claim:
+        claim.examined(len(leaves))
+        for first, again in duplicate_leaves(leaves):
+            claim.problem(
+                f"{first.path!r} is listed at {first.where} and again at {again.where} in {yaml_path!r}: "
+                "Energon 7.4.1 gives both entries the same worker seed, so they yield identical sample streams "
+                "and that dataset's samples arrive in pairs"
+            )
     return leaves
 
 
@@ -284,12 +309,12 @@ def _draw_blend(rng: random.Random) -> list[int]:
             return weights
 
 
-def _data_source(ctx: CheckContext) -> tuple[list[str | None], Schema | None]:
+def _data_source(ctx: CheckContext, claims: ClaimRecorder) -> tuple[list[str | None], Schema | None]:
     """The encodings to blend, and the schema when the user's data is a metadataset (whose first leaf
     describes the format)."""
     dataset = ctx.workspace.dataset
     if dataset and str(dataset).endswith((".yaml", ".yml")):
-        leaves = _check_user_metadataset(ctx, str(dataset))
+        leaves = _check_user_metadataset(claims, str(dataset))
         first = next((leaf.path for leaf in leaves if Path(leaf.path).is_dir()), None)
         if first is None:
             raise ValueError(
@@ -328,21 +353,19 @@ def _counts_per_worker(records: list[dict[str, Any]], prefixes: dict[str, int], 
     }
 
 
-def _check_subflavors(ctx: CheckContext, records: list[dict[str, Any]], prefixes: dict[str, int]) -> int:
+def _check_subflavors(records: list[dict[str, Any]], prefixes: dict[str, int], problems: list[str]) -> int:
+    """Compare every record's blend entry with the sample's; appends what differs to ``problems``."""
     checked = 0
     for record in records:
         if record["stage"] == "cook":
             expected = record["in"]
             if not isinstance(expected, int):
                 continue  # Energon did not merge the entry's subflavors: not the target's doing
-            if record["out"] != expected:
-                fail(
-                    f"per-entry subflavors do not reach the samples: sample {record['key']!r} came from blend entry "
-                    f"{expected} (its crude __subflavors__ hold {SUBFLAVOR}: {expected}, the metadataset entry's "
-                    f"subflavors), but the cooker's output has __subflavors__ {record['out_subflavors']} "
-                    f"({SUBFLAVOR}: {record['out']}). Pass the crude sample's __subflavors__ on unchanged "
-                    "(**basic_sample_keys(sample)), so training can tell the blend's sources apart",
-                    ctx.reproduce("blend"),
+            if record["out"] != expected and len(problems) < 4:
+                problems.append(
+                    f"sample {record['key']!r} came from blend entry {expected} (its crude __subflavors__ hold "
+                    f"{SUBFLAVOR}: {expected}, the metadataset entry's subflavors), but the cooker's output has "
+                    f"__subflavors__ {record['out_subflavors']} ({SUBFLAVOR}: {record['out']})"
                 )
             checked += 1
         else:
@@ -350,18 +373,21 @@ def _check_subflavors(ctx: CheckContext, records: list[dict[str, Any]], prefixes
                 expected = prefixes.get(key.rsplit("_", 1)[0]) if key else None
                 if expected is None or entry == "missing":
                     continue  # the batched type has no __subflavors__ field: nothing to compare
-                if entry != expected:
-                    fail(
-                        f"per-entry subflavors do not reach the samples: sample {key!r} of blend entry {expected} "
-                        f"reached batch() with {SUBFLAVOR}: {entry} in its __subflavors__ (expected {expected}); "
-                        "something between the cooker and batch() replaced them",
-                        ctx.reproduce("blend"),
+                if entry != expected and len(problems) < 4:
+                    problems.append(
+                        f"sample {key!r} of blend entry {expected} reached batch() with {SUBFLAVOR}: {entry} in its "
+                        f"__subflavors__ (expected {expected}); something between the cooker and batch() replaced them"
                     )
     return checked
 
 
 def _run_blend(
-    ctx: CheckContext, index: int, weights: list[int], encoding: str | None, schema: Schema | None
+    ctx: CheckContext,
+    claims: ClaimRecorder,
+    index: int,
+    weights: list[int],
+    encoding: str | None,
+    schema: Schema | None,
 ) -> dict[str, Any]:
     k = len(weights)
     paths = [_dataset(ctx, encoding, schema, f"blend{i}") for i in range(k)]
@@ -376,7 +402,7 @@ def _run_blend(
     started = time.perf_counter()
     sinks = [ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl" for _ in range(WORLD_SIZE)]
     try:
-        batches = _consume(ctx, mds, sinks, per_worker, prefixes)
+        batches = _consume(ctx, mds, sinks, per_worker)
         records = [_records(sink) for sink in sinks]
     finally:
         for sink in sinks:
@@ -385,6 +411,15 @@ def _run_blend(
     all_counts: Counter[int] = Counter()
     stages = set()
     checked = 0
+    subflavor_problems: list[str] = []
+    for rank_records in records:
+        checked += _check_subflavors(rank_records, prefixes, subflavor_problems)
+    with claims.claim("subflavors") as claim:
+        claim.examined(checked)
+        if not checked:
+            claim.nothing_because("no cooked sample carried the blend entry (Energon merged no subflavors)")
+        for problem in subflavor_problems:
+            claim.problem(problem)
     for rank, rank_records in enumerate(records):
         counted = _counts_per_worker(rank_records, prefixes, per_worker)
         stages.add(counted["stage"])
@@ -392,11 +427,9 @@ def _run_blend(
             if len(seq) < per_worker:
                 fail(
                     f"blend {weights}: worker pid {pid} of rank {rank} delivered only {len(seq)} samples in "
-                    f"{batches[rank]} batches of {BATCH_SIZE}, expected at least {per_worker}",
-                    ctx.reproduce("blend"),
+                    f"{batches[rank]} batches of {BATCH_SIZE}, expected at least {per_worker}"
                 )
             all_counts.update(seq)
-        checked += _check_subflavors(ctx, rank_records, prefixes)
     counts = [all_counts.get(i, 0) for i in range(k)]
     total = sum(counts)
     statistic, p_value = chi_square_test(counts, weights)
@@ -430,8 +463,7 @@ def _run_blend(
             f"alpha {ALPHA:g}; Cohen's w {result['cohen_w']:.4f}; this N has {POWER:.0%} power against "
             f"w={EFFECT}):\n{rows}\ncounted: the first {per_worker} samples that reached batch() on each of "
             f"{NUM_WORKERS} workers x {WORLD_SIZE} ranks. A cooker or TaskEncoder that skips, drops or duplicates "
-            "samples of one dataset changes the blend the user asked for",
-            ctx.reproduce("blend"),
+            "samples of one dataset changes the blend the user asked for"
         )
     return result
 
@@ -444,12 +476,9 @@ def _tally(sink: Path) -> dict[int, int]:
     return out
 
 
-def _consume(
-    ctx: CheckContext, mds: Path, sinks: list[Path], per_worker: int, prefixes: dict[str, int]
-) -> list[int]:
+def _consume(ctx: CheckContext, mds: Path, sinks: list[Path], per_worker: int) -> list[int]:
     """Pull batches on every rank (the ranks' loaders side by side, so their workers run in parallel)
-    until each worker has batched ``per_worker`` samples; returns the batches pulled per rank. The
-    subflavor check runs on the first round of batches too, so a target that loses them fails early."""
+    until each worker has batched ``per_worker`` samples; returns the batches pulled per rank."""
     rounds = math.ceil(per_worker / BATCH_SIZE)
     with contextlib.ExitStack() as stack:
         iterators = []
@@ -467,17 +496,13 @@ def _consume(
             iterators.append(iter(stack.enter_context(closing(loader))))
         consumed = [0] * len(sinks)
         planned = NUM_WORKERS * rounds
-        first = True
         while True:
             while min(consumed) < planned:
                 for rank, iterator in enumerate(iterators):
                     if consumed[rank] < planned:
-                        next(iterator)
+                        with target_call(f"iterating rank {rank}'s loader over the blend"):
+                            next(iterator)
                         consumed[rank] += 1
-                if first and min(consumed) >= NUM_WORKERS:
-                    first = False
-                    for sink in sinks:
-                        _check_subflavors(ctx, _records(sink), prefixes)
             tallies = [_tally(sink) for sink in sinks]
             if all(len(t) >= NUM_WORKERS and min(t.values()) >= per_worker for t in tallies):
                 return consumed
@@ -526,13 +551,17 @@ def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | N
     }
 
 
-def check(ctx: CheckContext) -> dict:
-    encodings, schema = _data_source(ctx)
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
+    encodings, schema = _data_source(ctx, claims)
+    if not (ctx.workspace.dataset and str(ctx.workspace.dataset).endswith((".yaml", ".yml"))):
+        claims.not_applicable("duplicates", "applies to a user's metadataset (--conformance-dataset x.yaml)")
     rng = random.Random(f"conformance-blend-{ctx.seed}")
     blends = []
-    for index in range(ctx.profile.blends):
-        weights = _draw_blend(rng)
-        blends.append(_run_blend(ctx, index, weights, encodings[index % len(encodings)], schema))
+    with claims.claim("ratios") as claim:
+        for index in range(ctx.profile.blends):
+            weights = _draw_blend(rng)
+            blends.append(_run_blend(ctx, claims, index, weights, encodings[index % len(encodings)], schema))
+            claim.examined(blends[-1]["n"])
     duplicate = _duplicate_entry(ctx, encodings[0], schema)
     summary = "; ".join(
         f"weights {b['weights']}: N={b['n']}, p={b['p_value']:.3g}, fractions {b['fractions']} "

@@ -16,8 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..fingerprint import first_difference
+from ..results import PropertySkipped
 from ..runner import (
     Child,
     child_env,
@@ -28,16 +30,28 @@ from ..runner import (
     start,
     stop,
 )
-from ._common import fail
+
+CLAIMS = claims_of(
+    "determinism",
+    (
+        "fresh_processes",
+        "two fresh processes (different PYTHONHASHSEED) with the same seed deliver identical batches, for 0, "
+        "1 and 2 workers",
+        Harm.DETERMINISM,
+        "a cooked sample must depend only on the sample and the loader's seed: not on hash() of str/bytes, "
+        "the process id, the time, or an unseeded RNG (draw augmentation in @stateless(restore_seeds=True))",
+    ),
+    (
+        "seed",
+        "another seed delivers another order",
+        Harm.DETERMINISM,
+        "do not replace Energon's seeded shuffling with a fixed order",
+    ),
+)
 
 WORKERS = (0, 1, 2)
 BATCHES = 6
 BATCH_SIZE = 4
-HINT = (
-    "A cooked sample must depend only on the sample and the loader's seed: not on hash() of a str or "
-    "bytes (PYTHONHASHSEED), the process id, the time, or an unseeded RNG (draw random augmentation in a "
-    "@stateless(restore_seeds=True) function)"
-)
 
 
 def _children(ctx: CheckContext, datasets: list[Path], tmp: Path) -> dict[str, tuple[Child, Path]]:
@@ -85,17 +99,14 @@ def _order(run: dict[str, Any]) -> Any:
     return [b["digest"] for b in batches]
 
 
-def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dict) -> None:
+def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dict) -> str | None:
     first, second = a["batches"], b["batches"]
     where = (
         f"two fresh processes with seed {ctx.seed} (PYTHONHASHSEED=1 and 2), num_workers={nw}, dataset "
         f"{Path(dataset).name}"
     )
     if len(first) != len(second):
-        fail(
-            f"{where}: expected the same number of batches, observed {len(first)} and {len(second)}. {HINT}",
-            ctx.reproduce("determinism"),
-        )
+        return f"{where}: expected the same number of batches, observed {len(first)} and {len(second)}"
     for index, (x, y) in enumerate(zip(first, second, strict=True)):
         if x["digest"] == y["digest"]:
             continue
@@ -105,50 +116,71 @@ def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dic
             fx, fy = parse_fingerprint(x["fingerprint"]), parse_fingerprint(y["fingerprint"])
             diff = first_difference(fx, fy) if fx is not None and fy is not None else None
             detail = f"same keys {_describe_keys(x['keys'])}, but {_readable(diff) or 'different contents'}"
-        fail(
-            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs "
-            f"({detail}). {HINT}",
-            ctx.reproduce("determinism"),
+        return (
+            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs ({detail})"
         )
+    return None
 
 
-def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other: dict) -> None:
+def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other: dict) -> str | None:
     if _order(a) == _order(other):
         keys = [b["keys"] for b in a["batches"][:2]]
         shown = ", ".join(_describe_keys(k) for k in keys)
-        fail(
+        return (
             f"seed has no effect on the order for num_workers={nw}: seeds {ctx.seed} and {ctx.seed + 1} "
             f"delivered the same samples in the same order (first batches {shown}; dataset "
-            f"{Path(dataset).name}). Expected a different order for another seed: do not replace Energon's "
-            "seeded shuffling with a fixed order",
-            ctx.reproduce("determinism"),
+            f"{Path(dataset).name}); expected a different order for another seed"
         )
+    return None
 
 
-def check(ctx: CheckContext) -> dict:
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
-    with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name:
+    try:
+        child_target_args(ctx.target)
+    except PropertySkipped as skipped:
+        claims.blocked(str(skipped))
+        return {}
+    runs: dict[str, Any] | None = None
+    seconds: dict[str, float] = {}
+    with (
+        claims.claim("fresh_processes") as claim,
+        tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name,
+    ):
         children = _children(ctx, datasets, Path(name))
         try:
             for label, (child, _) in children.items():
                 finish(
                     child,
                     what=f"the determinism child process ({label})",
-                    reproduce=ctx.reproduce("determinism"),
+                    reproduce="",
+                    timeout=ctx.timeout_s,
                 )
         finally:
             for child, _ in children.values():
                 stop(child)
         runs = {label: json.loads(out.read_text(encoding="utf-8")) for label, (_, out) in children.items()}
         seconds = {label: child.seconds for label, (child, _) in children.items()}
-    a, b = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed)]
-    other = runs["b"]["results"][str(ctx.seed + 1)]
-    for dataset in a:
-        for nw in WORKERS:
-            _compare_same_seed(ctx, dataset, nw, a[dataset][str(nw)], b[dataset][str(nw)])
-    for dataset in a:
-        for nw in WORKERS:
-            _compare_other_seed(ctx, dataset, nw, a[dataset][str(nw)], other[dataset][str(nw)])
+        a, b = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed)]
+        for dataset in a:
+            for nw in WORKERS:
+                claim.examined(len(a[dataset][str(nw)]["batches"]))
+                problem = _compare_same_seed(ctx, dataset, nw, a[dataset][str(nw)], b[dataset][str(nw)])
+                if problem:
+                    claim.problem(problem)
+    if runs is None:
+        claims.not_applicable(
+            "seed", "blocked by determinism/fresh_processes: the child processes did not finish"
+        )
+        return {}
+    with claims.claim("seed") as claim:
+        a, other = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed + 1)]
+        for dataset in a:
+            for nw in WORKERS:
+                claim.examined(len(a[dataset][str(nw)]["batches"]))
+                problem = _compare_other_seed(ctx, dataset, nw, a[dataset][str(nw)], other[dataset][str(nw)])
+                if problem:
+                    claim.problem(problem)
     return {
         "datasets": len(datasets),
         "workers": list(WORKERS),

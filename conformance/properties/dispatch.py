@@ -25,12 +25,35 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from megatron.energon import Cooker, TaskEncoder
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, instrument, matching_cooker, read_records
 from ..results import PropertySkipped
-from ._common import fail
 
 __all__ = ["check", "shadowed_cookers", "describe_cooker"]
+
+CLAIMS = claims_of(
+    "dispatch",
+    (
+        "first_match",
+        "the cooker that runs for a dataset is the first whose has_subflavors the dataset's (merged) "
+        "subflavors contain",
+        Harm.DATA,
+        "order the cookers from the most specific has_subflavors to the least",
+    ),
+    (
+        "no_match",
+        "a dataset no cooker matches makes building the loader fail with an error that says so",
+        Harm.DATA,
+        "do not route unmatched data to a fallback cooker silently",
+    ),
+    (
+        "shadowed",
+        "no cooker is shadowed (never chosen, because an earlier one matches everything it would)",
+        Harm.ADVICE,
+        "put the more specific cooker first, or remove one",
+    ),
+)
 
 _EXTRA_KEY = "conformance_extra"
 _UNSEEN = "conformance-unseen"
@@ -85,14 +108,15 @@ def _error_text(error: BaseException) -> str:
 
 
 def _run(
-    ctx: CheckContext, cookers: list[Cooker], encoding: str | None, overrides: dict[str, Any], stats: dict
-) -> None:
+    ctx: CheckContext, cookers: list[Cooker], encoding: str | None, overrides: dict[str, Any]
+) -> tuple[str, str | None]:
     """Build a loader over a one-entry metadataset with ``overrides`` and compare the chosen cooker with
-    the first-match oracle."""
+    the first-match oracle: ``(claim, problem or None)``."""
     dataset = ctx.workspace.generated(encoding, "dispatch", num_samples=4, shard_size=4)
     base = ctx.workspace.subflavors(dataset)
     merged = {**base, **overrides}
     expected = matching_cooker(cookers, merged)
+    claim = "first_match" if expected is not None else "no_match"
     ident = hashlib.sha256(json.dumps([str(dataset), overrides], sort_keys=True, default=str).encode())
     name = f"dispatch-{ident.hexdigest()[:12]}"
     metadataset = ctx.workspace.metadataset(name, [(dataset, 1.0, overrides)])
@@ -116,20 +140,18 @@ def _run(
             task_encoder=task_encoder,
         )
     except Exception as error:
+        error = getattr(error, "error", error)  # a TargetError: the exception the target raised
         if expected is not None:
-            fail(
+            return claim, (
                 f"{case}: building the loader raised {_error_text(error)}, but "
-                f"{describe_cooker(cookers, expected)} matches (first match in cooker order)",
-                ctx.reproduce("dispatch"),
+                f"{describe_cooker(cookers, expected)} matches (first match in cooker order)"
             )
         if not any(word in str(error).lower() for word in ("cooker", "subflavor")):
-            fail(
+            return claim, (
                 f"{case}: no cooker matches, and building the loader raised an unclear error "
-                f"({_error_text(error)}); expected one that says no cooker matches these subflavors",
-                ctx.reproduce("dispatch"),
+                f"({_error_text(error)}); expected one that says no cooker matches these subflavors"
             )
-        stats["no_match_errors"] += 1
-        return
+        return claim, None
 
     failure: BaseException | None = None
     with closing(loader):
@@ -142,53 +164,52 @@ def _run(
     records = read_records(sink)
     if expected is None:
         ran = f"; {describe_cooker(cookers, records[0]['cooker'])} ran" if records else ""
-        fail(
+        return claim, (
             f"{case}: no cooker matches, yet the loader was built without an error{ran}. Expected "
-            "building the loader to fail (Energon raises ValueError 'No cooker found for subflavors: ...')",
-            ctx.reproduce("dispatch"),
+            "building the loader to fail (Energon raises ValueError 'No cooker found for subflavors: ...')"
         )
     if not records:
         why = f" (iterating raised {_error_text(failure)})" if failure is not None else ""
-        fail(
+        return (
+            claim,
             f"{case}: no cooker ran on the first sample{why}; expected {describe_cooker(cookers, expected)}",
-            ctx.reproduce("dispatch"),
         )
     chosen = records[0]["cooker"]
     if chosen != expected:
-        fail(
+        return claim, (
             f"{case}: {describe_cooker(cookers, chosen)} ran on sample {records[0]['key']!r}, expected "
             f"{describe_cooker(cookers, expected)}, the first cooker in order whose has_subflavors the "
-            "merged subflavors contain (Energon's rule: first match wins)",
-            ctx.reproduce("dispatch"),
+            "merged subflavors contain (Energon's rule: first match wins)"
         )
-    stats["dispatched"] += 1
+    return claim, None
 
 
-def check(ctx: CheckContext) -> dict:
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     cookers = ctx.target.cookers
     if len(cookers) < 2:
         raise PropertySkipped(
             f"{ctx.target.describe()} has {len(cookers)} cooker(s); dispatch applies to TaskEncoders "
             "with several"
         )
-    for earlier, later in shadowed_cookers(cookers):
-        fail(
-            f"{describe_cooker(cookers, later)} can never be chosen: {describe_cooker(cookers, earlier)} "
-            f"comes first and matches every dataset that cooker {later} matches (its has_subflavors is "
-            f"contained in cooker {later}'s), and the first match wins. Put the more specific cooker first, "
-            "or remove one",
-            ctx.reproduce("dispatch"),
-        )
+    with claims.claim("shadowed") as claim:
+        claim.examined(len(cookers))
+        for earlier, later in shadowed_cookers(cookers):
+            claim.problem(
+                f"{describe_cooker(cookers, later)} can never be chosen: {describe_cooker(cookers, earlier)} "
+                f"comes first and matches every dataset that cooker {later} matches (its has_subflavors is "
+                f"contained in cooker {later}'s), and the first match wins"
+            )
 
     keys, values = _vocabulary(cookers)
     encodings = ctx.encodings()
-    stats = {"cookers": len(cookers), "dispatched": 0, "no_match_errors": 0}
+    outcomes: dict[str, list[str | None]] = {"first_match": [], "no_match": []}
     overrides = st.dictionaries(st.sampled_from(keys), st.sampled_from(values), max_size=len(keys))
 
     @ctx.profile.hypothesis_settings(max_examples=min(ctx.profile.max_examples, _MAX_EXAMPLES))
     @given(encoding=st.sampled_from(encodings), overrides=overrides)
     def dispatch(encoding: str | None, overrides: dict[str, Any]) -> None:
-        _run(ctx, cookers, encoding, overrides, stats)
+        claim, problem = _run(ctx, cookers, encoding, overrides)
+        outcomes[claim].append(problem)
 
     # Explicit cases first: the data as it is, each cooker's own subflavors, an unknown encoding.
     explicit: list[dict[str, Any]] = [{}]
@@ -197,4 +218,18 @@ def check(ctx: CheckContext) -> dict:
     for case in reversed(explicit):
         dispatch = example(encoding=encodings[0], overrides=case)(dispatch)
     dispatch()
-    return stats
+    if not outcomes["no_match"]:
+        claims.not_applicable("no_match", "some cooker matches every dataset (its has_subflavors is empty)")
+    for name, problems in outcomes.items():
+        if not problems and name == "no_match":
+            continue
+        with claims.claim(name) as claim:
+            claim.examined(len(problems))
+            for problem in problems:
+                if problem:
+                    claim.problem(problem)
+    return {
+        "cookers": len(cookers),
+        "dispatched": len(outcomes["first_match"]),
+        "no_match_errors": len(outcomes["no_match"]),
+    }

@@ -1,7 +1,8 @@
 """Property 4, purity: equal inputs give equal outputs whatever was cooked before and in whatever order;
-two samples that share a ``__key__`` (two datasets of a blend) each get their own payload; the input dict
-is not modified; the caller's torch, numpy and random RNG states are unchanged; outputs of different
-samples share no memory."""
+two samples that share a ``__key__`` (two datasets of a blend) each get their own payload; an output does
+not change when later samples are cooked (no reused output buffer); the caller's torch, numpy and random
+RNG states are unchanged (with ``num_workers=0`` the cooker runs in the training process). As advice: the
+input dict is left as it was, and outputs of different samples share no memory."""
 
 from __future__ import annotations
 
@@ -14,11 +15,55 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..data import read_crude
 from ..execution import cook
 from ..fingerprint import fingerprint, first_difference
 from ._common import fail
+
+CLAIMS = claims_of(
+    "purity",
+    (
+        "order",
+        "a sample cooks to the same output whatever was cooked before it and in whatever order",
+        Harm.DETERMINISM,
+        "keep no state between calls (caches, counters): a cooked sample depends on the sample and the seed only",
+    ),
+    (
+        "shared_key",
+        "two different samples that share a __key__ (two datasets of a blend) each keep their own payload",
+        Harm.DATA,
+        "never cache by __key__ alone",
+    ),
+    (
+        "independent_outputs",
+        "a cooked sample does not change when later samples are cooked",
+        Harm.DATA,
+        "return tensors that own their storage: do not decode into one reused buffer",
+    ),
+    (
+        "global_rng",
+        "cooking leaves the caller's torch, numpy and random RNG states as they were",
+        Harm.DETERMINISM,
+        "use a local generator, or @stateless(restore_seeds=True), which restores the outer state; with "
+        "num_workers=0 a reseeded global RNG repeats the training loop's own noise and dropout draws",
+    ),
+    (
+        "input_unchanged",
+        "cooking leaves the crude sample dict it was given as it was",
+        Harm.ADVICE,
+        "read from the crude dict without popping or replacing members (it is what Energon's error "
+        "handler shows when a later stage fails)",
+    ),
+    (
+        "shared_memory",
+        "outputs of different samples share no memory",
+        Harm.ADVICE,
+        "return tensors that own their storage (a write into one sample's tensor would change another's)",
+    ),
+)
+
+SAMPLES = 12
 
 
 def _rng_states() -> tuple:
@@ -50,87 +95,6 @@ def _same_members(before: dict, after: dict) -> str | None:
     return None
 
 
-def check(ctx: CheckContext) -> dict:
-    decoded = ctx.target.wants_decoded
-    encoding = ctx.encodings()[0]
-    crude = read_crude(ctx.main_dataset(encoding), decoded=decoded)[:12]
-    reference = [
-        fingerprint(cook(ctx.target, copy.deepcopy(s), sample_index=i, seed=ctx.seed))
-        for i, s in enumerate(crude)
-    ]
-
-    # The input dict is not modified, and the caller's RNG states are left alone.
-    for index, sample in enumerate(crude):
-        before = copy.deepcopy(sample)
-        states = _rng_states()
-        cook(ctx.target, sample, sample_index=index, seed=ctx.seed)
-        changed = _same_members(before, sample)
-        if changed:
-            fail(
-                f"cooking sample {sample['__key__']!r} modified its input dict: {changed}. Cookers must not "
-                "mutate the crude sample (Energon may hand the same dict to a restore)",
-                ctx.reproduce("purity"),
-            )
-        if _rng_states() != states:
-            which = [
-                name
-                for name, a, b in zip(("torch", "numpy", "random"), states, _rng_states(), strict=True)
-                if a != b
-            ]
-            fail(
-                f"cooking sample {sample['__key__']!r} changed the caller's global RNG state ({', '.join(which)}). "
-                "Use a local generator, or @stateless(restore_seeds=True) which restores the outer state",
-                ctx.reproduce("purity"),
-            )
-
-    # Equal inputs, equal outputs, whatever was cooked before and in whatever order.
-    @ctx.profile.hypothesis_settings()
-    @given(order=st.permutations(range(len(crude))))
-    def any_order(order: list[int]) -> None:
-        for index in order:
-            observed = fingerprint(
-                cook(ctx.target, copy.deepcopy(crude[index]), sample_index=index, seed=ctx.seed)
-            )
-            if observed != reference[index]:
-                where = first_difference(reference[index], observed)
-                fail(
-                    f"sample {crude[index]['__key__']!r} cooked differently after other samples (order {order}): "
-                    f"{where}. A cooker must not depend on what it cooked before (caches, counters, state)",
-                    ctx.reproduce("purity"),
-                )
-
-    any_order()
-
-    # Two different samples that share a key (two datasets of a blend) each keep their own payload.
-    first, second = copy.deepcopy(crude[0]), copy.deepcopy(crude[1])
-    second["__key__"] = first["__key__"]
-    out_first = fingerprint(cook(ctx.target, first, sample_index=0, seed=ctx.seed))
-    out_second = fingerprint(cook(ctx.target, second, sample_index=1, seed=ctx.seed))
-    expected_second = fingerprint(cook(ctx.target, copy.deepcopy(crude[1]), sample_index=1, seed=ctx.seed))
-    if _drop_key(out_second) != _drop_key(expected_second) or out_first == out_second:
-        fail(
-            f"two samples sharing the key {first['__key__']!r} (as two datasets of a blend can) did not each get "
-            f"their own payload: {first_difference(_drop_key(expected_second), _drop_key(out_second))}. "
-            "Never cache by __key__ alone",
-            ctx.reproduce("purity"),
-        )
-
-    # Outputs of different samples share no memory.
-    spans: list[tuple[int, int, str]] = []
-    outputs = [cook(ctx.target, copy.deepcopy(s), sample_index=i, seed=ctx.seed) for i, s in enumerate(crude)]
-    for index, output in enumerate(outputs):
-        _storages(output, spans, f"sample {crude[index]['__key__']!r}")
-    spans.sort()
-    for (_start_a, end_a, where_a), (start_b, _end_b, where_b) in zip(spans, spans[1:], strict=False):
-        if start_b < end_a and where_a.split(".")[0] != where_b.split(".")[0]:
-            fail(
-                f"outputs of different samples share memory: {where_a} and {where_b} overlap. Writing into one "
-                "changes the other; return tensors that own their storage (clone a shared buffer)",
-                ctx.reproduce("purity"),
-            )
-    return {"samples": len(crude)}
-
-
 def _drop_key(fp: Any) -> Any:
     """A fingerprint without the __key__ entry (compared payloads only)."""
     if isinstance(fp, tuple) and len(fp) == 2 and isinstance(fp[1], tuple):
@@ -139,3 +103,88 @@ def _drop_key(fp: Any) -> Any:
             tuple(item for item in fp[1] if not (isinstance(item, tuple) and item and item[0] == "__key__")),
         )
     return fp
+
+
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
+    crude = ctx.crude(ctx.main_dataset(ctx.encodings()[0]), limit=SAMPLES)
+
+    def cooked(index: int, sample: dict | None = None) -> Any:
+        source = copy.deepcopy(crude[index]) if sample is None else sample
+        return cook(ctx.target, source, sample_index=index, seed=ctx.seed)
+
+    reference = [fingerprint(cooked(i)) for i in range(len(crude))]
+
+    with claims.claim("input_unchanged") as inputs, claims.claim("global_rng") as rng:
+        for index in range(len(crude)):
+            sample = copy.deepcopy(crude[index])
+            before = copy.deepcopy(sample)
+            states = _rng_states()
+            cooked(index, sample)
+            inputs.examined()
+            rng.examined()
+            changed = _same_members(before, sample)
+            if changed:
+                inputs.problem(f"cooking sample {sample['__key__']!r} modified its input dict: {changed}")
+            after = _rng_states()
+            if after != states:
+                which = [
+                    n for n, a, b in zip(("torch", "numpy", "random"), states, after, strict=True) if a != b
+                ]
+                rng.problem(
+                    f"cooking sample {sample['__key__']!r} changed the caller's global RNG state ({', '.join(which)})"
+                )
+
+    with claims.claim("order") as claim:
+        if not crude:
+            claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
+        else:
+
+            @ctx.profile.hypothesis_settings()
+            @given(order=st.permutations(range(len(crude))))
+            def any_order(order: list[int]) -> None:
+                for index in order:
+                    claim.examined()
+                    observed = fingerprint(cooked(index))
+                    if observed != reference[index]:
+                        fail(
+                            f"sample {crude[index]['__key__']!r} cooked differently after other samples (order "
+                            f"{order}): {first_difference(reference[index], observed)}"
+                        )
+
+            any_order()
+
+    with claims.claim("shared_key") as claim:
+        if len(crude) >= 2:
+            first, second = copy.deepcopy(crude[0]), copy.deepcopy(crude[1])
+            second["__key__"] = first["__key__"]
+            out_first = fingerprint(cooked(0, first))
+            out_second = fingerprint(cooked(1, second))
+            claim.examined()
+            if _drop_key(out_second) != _drop_key(reference[1]) or out_first == out_second:
+                fail(
+                    f"two samples sharing the key {first['__key__']!r} (as two datasets of a blend can) did not "
+                    f"each get their own payload: {first_difference(_drop_key(reference[1]), _drop_key(out_second))}"
+                )
+        else:
+            claim.nothing_because(ctx.unreadable() or "fewer than 2 samples could be read")
+
+    outputs = [cooked(i) for i in range(len(crude))]
+    with claims.claim("independent_outputs") as claim:
+        for index, output in enumerate(outputs):
+            claim.examined()
+            now = fingerprint(output)
+            if now != reference[index]:
+                claim.problem(
+                    f"sample {crude[index]['__key__']!r}'s output changed after the {len(crude) - index - 1} samples "
+                    f"after it were cooked: {first_difference(reference[index], now)}"
+                )
+    with claims.claim("shared_memory") as claim:
+        spans: list[tuple[int, int, str]] = []
+        for index, output in enumerate(outputs):
+            claim.examined()
+            _storages(output, spans, f"sample {crude[index]['__key__']!r}")
+        spans.sort()
+        for (_start_a, end_a, where_a), (start_b, _end_b, where_b) in zip(spans, spans[1:], strict=False):
+            if start_b < end_a and where_a.split(".")[0] != where_b.split(".")[0]:
+                fail(f"outputs of different samples share memory: {where_a} and {where_b} overlap")
+    return {"samples": len(crude)}

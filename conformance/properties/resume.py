@@ -26,12 +26,44 @@ from torch.utils.data._utils.collate import default_convert
 
 from primus_energon import MegatronDataloaderWrapper
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import build_loader, closing
+from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
 from ._common import MISSING, fail, get_field
 
-__all__ = ["check", "BATCH_SIZE", "NUM_SAMPLES", "CONTINUATION"]
+__all__ = ["check", "CLAIMS", "BATCH_SIZE", "NUM_SAMPLES", "CONTINUATION"]
+
+CLAIMS = claims_of(
+    "resume",
+    (
+        "checkpoint",
+        "restore_state_rank() of a state saved after k batches makes a fresh loader continue exactly, for "
+        "0 and 2 workers, k = 0, mid-epoch and across the epoch boundary",
+        Harm.RESUME,
+        "draw random augmentation from Energon's per-sample seed (@stateless(restore_seeds=True)) and keep "
+        "no state in the TaskEncoder between calls",
+    ),
+    (
+        "wrapper",
+        "the same through MegatronDataloaderWrapper.save_state()/restore_state()",
+        Harm.RESUME,
+        "see resume/checkpoint; the wrapper only forwards to save_state_rank/restore_state_rank",
+    ),
+    (
+        "resaved",
+        "a state saved right after a restore (before any batch) restores to the same place",
+        Harm.RESUME,
+        "see resume/checkpoint",
+    ),
+    (
+        "restore_sample",
+        "loader.restore_sample(batch.__restore_key__) rebuilds each batch (an optional debugging aid)",
+        Harm.ADVICE,
+        "give dict batches a '__restore_key__' entry (Energon fills it in) or return an Energon Batch, and "
+        "mark every re-run method @stateless",
+    ),
+)
 
 BATCH_SIZE = 4
 NUM_SAMPLES = 24
@@ -97,7 +129,8 @@ def _restore_key(batch: Any) -> Any:
 
 
 def _take(iterator: Iterator[Any], count: int) -> list[Any]:
-    return [fingerprint(next(iterator)) for _ in range(count)]
+    with target_call("iterating the restored loader"):
+        return [fingerprint(next(iterator)) for _ in range(count)]
 
 
 def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int], length: int) -> _Reference:
@@ -117,7 +150,8 @@ def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int],
         for step in range(length):
             if step in steps and step:
                 states[step] = copy.deepcopy(loader.save_state_rank())
-            batch = next(iterator)
+            with target_call(f"iterating the loader (num_workers={num_workers}, batch {step})"):
+                batch = next(iterator)
             batches.append(fingerprint(batch))
             keys.append(_batch_keys(batch))
             restore_keys.append(_restore_key(batch))
@@ -148,7 +182,7 @@ def _continue(
 
 def _compare(
     ctx: CheckContext, ref: _Reference, step: int, route: str, observed: list[Any], encoding: str | None
-) -> None:
+) -> str | None:
     expected = ref.batches[step : step + CONTINUATION]
     for offset, (want, got) in enumerate(zip(expected, observed, strict=True)):
         where = first_difference(want, got)
@@ -157,12 +191,12 @@ def _compare(
         keys = ref.keys[step + offset]
         shown = f" (keys {keys})" if keys else ""
         data = f", {encoding} data" if encoding else ""
-        fail(
+        return (
             f"after restoring at step {step} (num_workers={ref.num_workers}{data}), batch {offset}{shown}: "
             f"{where}. Expected the batch the uninterrupted run produced at step {step + offset}; the loader "
-            f"was restored with {_ROUTES[route]}. {_HINT_ORDER if '__key__' in where else _HINT_VALUES}",
-            ctx.reproduce("resume"),
+            f"was restored with {_ROUTES[route]}. {_HINT_ORDER if '__key__' in where else _HINT_VALUES}"
         )
+    return None
 
 
 def _plan(steps: list[int], num_workers: int, boundary: int, thorough: bool) -> dict[int, tuple[str, ...]]:
@@ -228,8 +262,7 @@ def _check_restore_sample(
                     f"batch {index}{shown} (num_workers={ref.num_workers}) carries no __restore_key__, so "
                     "loader.restore_sample() cannot rebuild it: a dict batch needs a '__restore_key__' entry "
                     "(set it to (); Energon fills it in), an Energon Batch dataclass has one; a list batch "
-                    "cannot carry one",
-                    ctx.reproduce("resume"),
+                    "cannot carry one"
                 )
             # The loader hands batches through torch's default_convert (tuples become lists); so does this.
             try:
@@ -240,8 +273,7 @@ def _check_restore_sample(
                     f"(num_workers={ref.num_workers}) raised {type(error).__name__}: {str(error)[:300]}, "
                     f"instead of rebuilding batch {index}{shown}. Mark every method that Energon re-runs "
                     "(cook functions, encode_sample, batch, encode_batch) @stateless, and keep them "
-                    "deterministic",
-                    ctx.reproduce("resume"),
+                    "deterministic"
                 )
             where = first_difference(ref.batches[index], rebuilt)
             if where is not None:
@@ -249,23 +281,22 @@ def _check_restore_sample(
                 fail(
                     f"loader.restore_sample(<__restore_key__ of batch {index}>) "
                     f"(num_workers={ref.num_workers}{data}) did not rebuild batch {index}{shown}: {where}. "
-                    + _HINT_REBUILD,
-                    ctx.reproduce("resume"),
+                    + _HINT_REBUILD
                 )
             checked += 1
     return checked
 
 
-def check(ctx: CheckContext) -> dict:
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     encodings = ctx.encodings()
     epoch = NUM_SAMPLES // BATCH_SIZE
     explicit = [0, epoch // 2, epoch, epoch + 1] if ctx.profile.name != "quick" else [0, epoch // 2, epoch]
     steps = sorted(set(explicit + _drawn_steps(ctx, explicit, 2 * epoch)))
     thorough = ctx.profile.name == "thorough"
-    can_restore_sample = ctx.target.kind == "task_encoder"
     details: dict[str, Any] = {"epoch_batches": epoch, "steps": steps, "continuation": CONTINUATION}
     routes_run: dict[str, int] = {}
     restore_sample_batches = 0
+    claim_of = {"direct": "checkpoint", "wrapper": "wrapper", "resaved": "resaved"}
 
     for position, encoding in enumerate(encodings):
         path = ctx.workspace.generated(encoding, "resume", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
@@ -286,27 +317,42 @@ def check(ctx: CheckContext) -> dict:
             plan = _plan(nw_steps, num_workers, epoch, thorough)
             if position:
                 plan = {k: ("direct",) for k in nw_steps}
-            ref = _reference(ctx, path, num_workers, set(nw_steps), max(nw_steps) + CONTINUATION)
+            with claims.claim("checkpoint"):
+                ref = None
+                ref = _reference(ctx, path, num_workers, set(nw_steps), max(nw_steps) + CONTINUATION)
+            if ref is None:
+                continue
             for step, routes in plan.items():
                 resaved = None
                 for route in routes:  # "resaved" always follows "wrapper", which saved it
-                    state = ref.states[step] if route != "resaved" else resaved
-                    observed, saved = _continue(
-                        ctx, path, num_workers, state, "direct" if route == "resaved" else route
-                    )
-                    if route == "wrapper":
-                        resaved = saved
-                    _compare(ctx, ref, step, route, observed, label)
-                    key = f"nw={num_workers} {route}"
-                    routes_run[key] = routes_run.get(key, 0) + 1
-            if can_restore_sample:
-                wanted = sorted({k + j for k in nw_steps for j in range(CONTINUATION)})
-                restore_sample_batches += _check_restore_sample(ctx, path, ref, wanted, label)
-
+                    with claims.claim(claim_of[route]) as claim:
+                        state = ref.states[step] if route != "resaved" else resaved
+                        if route == "resaved" and state is None:
+                            claim.nothing_because(
+                                "the wrapper route failed before it saved (see resume/wrapper)"
+                            )
+                            continue
+                        observed, saved = _continue(
+                            ctx, path, num_workers, state, "direct" if route == "resaved" else route
+                        )
+                        if route == "wrapper":
+                            resaved = saved
+                        claim.examined(len(observed))
+                        problem = _compare(ctx, ref, step, route, observed, label)
+                        if problem:
+                            claim.problem(problem)
+                        key = f"nw={num_workers} {route}"
+                        routes_run[key] = routes_run.get(key, 0) + 1
+            if ctx.target.kind == "task_encoder":
+                with claims.claim("restore_sample") as claim:
+                    wanted = sorted({k + j for k in nw_steps for j in range(CONTINUATION)})
+                    checked = _check_restore_sample(ctx, path, ref, wanted, label)
+                    claim.examined(checked)
+                    restore_sample_batches += checked
+    if ctx.target.kind != "task_encoder":
+        claims.not_applicable(
+            "restore_sample", "a cooker target's batches are plain lists, which carry no __restore_key__"
+        )
     details["restores"] = routes_run
-    details["restore_sample"] = (
-        f"{restore_sample_batches} batches rebuilt"
-        if can_restore_sample
-        else "not checked: a cooker target's batches are plain lists, which carry no __restore_key__"
-    )
+    details["restore_sample"] = f"{restore_sample_batches} batches rebuilt"
     return details

@@ -21,9 +21,10 @@ from typing import Any
 
 from synthetic.manifest import Manifest
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import read_crude
-from ..execution import build_loader, closing, read_records
+from ..execution import build_loader, closing, read_records, target_call
 from ..results import PropertySkipped
 from ..runner import (
     Child,
@@ -38,13 +39,26 @@ from ..runner import (
 )
 from ._common import fail
 
+CLAIMS = claims_of(
+    "sharding",
+    (
+        "in_process",
+        "for world sizes 2 and 4 (and 2 workers), one epoch over all ranks delivers every sample exactly once",
+        Harm.DATA,
+        "Energon shards by rank and worker itself: do not drop samples by rank (no manual sharding on top), "
+        "do not change the worker config, do not fail or skip samples",
+    ),
+    (
+        "distributed",
+        "a real 2-rank torch.distributed (gloo) run gives each rank a disjoint part; together they cover the data",
+        Harm.DATA,
+        "see sharding/in_process; the ranks get their rank and world size from torch.distributed",
+    ),
+)
+
 NUM_SAMPLES = 46
 BATCH_SIZE = 3
 DIST_WORLD_SIZE = 2
-HINT = (
-    "Energon shards by rank and worker itself: a cooker or TaskEncoder must not drop samples by rank "
-    "(no manual sharding on top), must not change the worker config, and must not fail or skip samples"
-)
 
 
 def _expected_keys(path: Path) -> list[str]:
@@ -74,7 +88,7 @@ def _rank_keys(
     )
     delivered: list[str] | None = []
     batches = 0
-    with closing(loader):
+    with closing(loader), target_call(f"iterating rank {rank}'s loader (world size {world_size})"):
         for batch in loader:
             batches += 1
             got = batch_keys(batch)
@@ -83,8 +97,7 @@ def _rank_keys(
                 fail(
                     f"world size {world_size}, rank {rank}, num_workers={num_workers}: one epoch with "
                     f"repeat=False did not end after {limit} batches (the dataset has {NUM_SAMPLES} samples, "
-                    f"batch size {BATCH_SIZE}). {HINT}",
-                    ctx.reproduce("sharding"),
+                    f"batch size {BATCH_SIZE})"
                 )
     if delivered is None:
         return [str(r["key"]) for r in read_records(sink)], "cooker"
@@ -93,7 +106,7 @@ def _rank_keys(
 
 def _verify(
     ctx: CheckContext, where: str, per_rank: dict[int, list[str]], expected: list[str], source: str
-) -> None:
+) -> str | None:
     """Every expected key exactly once across ranks; else a failure naming keys and ranks."""
     problems: list[str] = []
     owners: dict[str, list[int]] = {}
@@ -118,12 +131,12 @@ def _verify(
         problems.append(f"{len(unknown)} keys not in the dataset {_some(unknown)}")
     if problems:
         counts = ", ".join(f"rank {r}: {len(k)}" for r, k in per_rank.items())
-        fail(
+        return (
             f"{where}: expected each of the {len(expected)} samples exactly once across ranks, observed "
             f"{'; '.join(problems)} (samples per rank: {counts}; "
-            f"keys from the {'batches' if source == 'batch' else 'cookers'}). {HINT}",
-            ctx.reproduce("sharding"),
+            f"keys from the {'batches' if source == 'batch' else 'cookers'})"
         )
+    return None
 
 
 def _some(keys: list[str], limit: int = 12) -> str:
@@ -147,25 +160,23 @@ def _start_distributed(ctx: CheckContext, paths: list[Path], out: Path) -> Child
 
 
 def _check_distributed(
-    ctx: CheckContext, child: Child, out: Path, paths: list[Path], expected: dict[Path, list[str]]
+    ctx: CheckContext, claim: Any, child: Child, out: Path, paths: list[Path], expected: dict[Path, list[str]]
 ) -> float:
-    finish(child, what="the torch.distributed run (2 gloo ranks)", reproduce=ctx.reproduce("sharding"))
+    finish(child, what="the torch.distributed run (2 gloo ranks)", reproduce="", timeout=ctx.timeout_s)
     records = []
     for rank in range(DIST_WORLD_SIZE):
         file = out / f"rank{rank}.json"
         if not file.exists():
             fail(
                 f"the torch.distributed run finished without rank {rank}'s keys ({file}). Command: "
-                f"{child.describe()}",
-                ctx.reproduce("sharding"),
+                f"{child.describe()}"
             )
         records.append(json.loads(file.read_text(encoding="utf-8")))
     ranks = sorted((r["rank"], r["world_size"]) for r in records)
     if ranks != [(r, DIST_WORLD_SIZE) for r in range(DIST_WORLD_SIZE)]:
         fail(
             f"under torch.distributed with {DIST_WORLD_SIZE} ranks, expected ranks 0..{DIST_WORLD_SIZE - 1} "
-            f"of world size {DIST_WORLD_SIZE}, observed (rank, world size) {ranks}",
-            ctx.reproduce("sharding"),
+            f"of world size {DIST_WORLD_SIZE}, observed (rank, world size) {ranks}"
         )
     for path in paths:
         per_rank = {r["rank"]: r["keys"][str(path)] for r in records}
@@ -174,11 +185,14 @@ def _check_distributed(
             f"torch.distributed (gloo, {DIST_WORLD_SIZE} processes started by torch.distributed.run), "
             f"num_workers=0, one epoch of {path.name}"
         )
-        _verify(ctx, where, per_rank, expected[path], source)
+        claim.examined(sum(len(keys) for keys in per_rank.values()))
+        problem = _verify(ctx, where, per_rank, expected[path], source)
+        if problem:
+            claim.problem(problem)
     return child.seconds
 
 
-def check(ctx: CheckContext) -> dict:
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     paths = [
         ctx.workspace.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
         for encoding in ctx.encodings()
@@ -191,37 +205,42 @@ def check(ctx: CheckContext) -> dict:
         dist_out.mkdir()
         child = _start_distributed(ctx, paths, dist_out)
         try:
-            for path in paths:
-                limit = 4 * (len(expected[path]) // BATCH_SIZE + 1)
-                for world_size in ctx.profile.world_sizes:
-                    for num_workers in (0, 2) if world_size == 2 else (0,):
-                        per_rank: dict[int, list[str]] = {}
-                        sources = set()
-                        for rank in range(world_size):
-                            sink = tmp / f"cooked-{path.name}-{world_size}-{num_workers}-{rank}.jsonl"
-                            per_rank[rank], source = _rank_keys(
-                                ctx,
-                                path,
-                                sink,
-                                rank=rank,
-                                world_size=world_size,
-                                num_workers=num_workers,
-                                limit=limit,
+            with claims.claim("in_process") as claim:
+                for path in paths:
+                    limit = 4 * (len(expected[path]) // BATCH_SIZE + 1)
+                    for world_size in ctx.profile.world_sizes:
+                        for num_workers in (0, 2) if world_size == 2 else (0,):
+                            per_rank: dict[int, list[str]] = {}
+                            sources = set()
+                            for rank in range(world_size):
+                                sink = tmp / f"cooked-{path.name}-{world_size}-{num_workers}-{rank}.jsonl"
+                                per_rank[rank], source = _rank_keys(
+                                    ctx,
+                                    path,
+                                    sink,
+                                    rank=rank,
+                                    world_size=world_size,
+                                    num_workers=num_workers,
+                                    limit=limit,
+                                )
+                                sources.add(source)
+                            source = "batch" if sources == {"batch"} else "cooker"
+                            where = (
+                                f"world size {world_size}, num_workers={num_workers}, one epoch "
+                                f"(repeat=False) of {path.name}, batch size {BATCH_SIZE}"
                             )
-                            sources.add(source)
-                        source = "batch" if sources == {"batch"} else "cooker"
-                        where = (
-                            f"world size {world_size}, num_workers={num_workers}, one epoch "
-                            f"(repeat=False) of {path.name}, batch size {BATCH_SIZE}"
-                        )
-                        _verify(ctx, where, per_rank, expected[path], source)
-                        details["runs"].append(f"ws={world_size} nw={num_workers} keys from {source}")
+                            claim.examined(sum(len(keys) for keys in per_rank.values()))
+                            problem = _verify(ctx, where, per_rank, expected[path], source)
+                            if problem:
+                                claim.problem(problem)
+                            details["runs"].append(f"ws={world_size} nw={num_workers} keys from {source}")
             if not isinstance(child, Child):
-                raise PropertySkipped(
-                    f"in-process sharding passed ({'; '.join(details['runs'])}), but the torch.distributed "
-                    f"run was not: {child}"
-                )
-            details["distributed_seconds"] = _check_distributed(ctx, child, dist_out, paths, expected)
+                claims.not_applicable("distributed", child)
+            else:
+                with claims.claim("distributed") as claim:
+                    details["distributed_seconds"] = _check_distributed(
+                        ctx, claim, child, dist_out, paths, expected
+                    )
         finally:
             if isinstance(child, Child):
                 stop(child)

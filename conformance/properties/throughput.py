@@ -21,12 +21,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..data import read_crude
-from ..execution import build_loader, closing, matching_cooker, worker_context
+from ..execution import build_loader, closing, matching_cooker, take, target_call, worker_context
 from ._common import fail
 
-__all__ = ["check", "NUM_SAMPLES", "BATCH_SIZE", "EPOCHS"]
+__all__ = ["check", "CLAIMS", "NUM_SAMPLES", "BATCH_SIZE", "EPOCHS"]
+
+CLAIMS = claims_of(
+    "throughput",
+    (
+        "rate",
+        "cook time per sample, loader samples/s and MB/s are measured beside a raw read of the same shards; "
+        "with --min-samples-per-s the loader reaches that rate",
+        Harm.PERFORMANCE,
+        "profile the cooker (the bare cook time is reported beside the loader's rate)",
+    ),
+)
 
 NUM_SAMPLES = 64
 SHARD_SIZE = 16
@@ -86,7 +97,10 @@ def _cook_time(ctx: CheckContext, crude: list[dict[str, Any]], cookers: list) ->
     for _ in range(COOK_PASSES):
         elapsed = 0.0
         for index, (sample, cooker) in enumerate(zip(crude, chosen, strict=True)):
-            with worker_context(ctx.seed, index):
+            with (
+                target_call(f"cooking the clean sample {sample.get('__key__')!r}"),
+                worker_context(ctx.seed, index),
+            ):
                 started = time.perf_counter()
                 cooker.cook(sample)
                 elapsed += time.perf_counter() - started
@@ -101,10 +115,9 @@ def _loader_rate(ctx: CheckContext, path: Path) -> dict[str, float]:
     ) as loader:
         started = time.perf_counter()
         iterator = iter(loader)
-        next(iterator)
+        take(iterator, 1, what="the loader's first batch")
         first = time.perf_counter() - started
-        for _ in range(batches - 1):
-            next(iterator)
+        take(iterator, batches - 1, what="iterating the loader")
         seconds = time.perf_counter() - started
     return {"seconds": seconds, "first_batch_s": first, "samples": batches * BATCH_SIZE}
 
@@ -114,8 +127,9 @@ def _measure(ctx: CheckContext, encoding: str | None) -> dict[str, Any]:
     shards = _shards(path)
     member_bytes = _member_bytes(shards)
     task_encoder = ctx.target.make_task_encoder()
-    decoded = getattr(task_encoder, "decoder", None) is not None
-    crude = read_crude(path, decoded=decoded)
+    crude = ctx.crude(path)
+    if not crude:
+        fail(f"no sample of {path.name} could be read, so nothing was measured: {ctx.unreadable()}")
     cook_s = _cook_time(ctx, crude, list(task_encoder.cookers))
     loader = _loader_rate(ctx, path)
     raw = _raw_read(shards)
@@ -142,25 +156,29 @@ def _measure(ctx: CheckContext, encoding: str | None) -> dict[str, Any]:
     }
 
 
-def check(ctx: CheckContext) -> dict:
-    measured = [_measure(ctx, encoding) for encoding in ctx.encodings()]
-    summary = "; ".join(
-        f"{m['encoding'] or 'data'} ({m['sample_kb']:.1f} kB/sample): cook {m['cook_us_per_sample']:.0f} us/sample, "
-        f"loader {m['loader_samples_per_s']:.0f} samples/s = {m['loader_mb_per_s']:.2f} MB/s "
-        f"after a first batch of {m['loader_first_batch_s'] * 1e3:.0f} ms ({m['loader_end_to_end_samples_per_s']:.0f} samples/s end to end), raw read {m['raw_read_mb_per_s']:.0f} MB/s"
-        for m in measured
-    )
-    details: dict[str, Any] = {**measured[0], "measurements": measured, "summary": summary}
-    if ctx.min_samples_per_s is not None:
-        slowest = min(measured, key=lambda m: m["loader_samples_per_s"])
-        details["min_samples_per_s"] = ctx.min_samples_per_s
-        if slowest["loader_samples_per_s"] < ctx.min_samples_per_s:
-            fail(
-                f"loader throughput on {slowest['encoding'] or 'the'} data is {slowest['loader_samples_per_s']:.1f} "
-                f"samples/s (steady state, after the first batch), below --min-samples-per-s {ctx.min_samples_per_s:g} ({slowest['setup']}; "
-                f"{slowest['sample_kb']:.1f} kB/sample). Measured beside it: the bare cook takes "
-                f"{slowest['cook_us_per_sample']:.0f} us/sample, the loader moves {slowest['loader_mb_per_s']:.2f} MB/s "
-                f"and a raw read of the same shards {slowest['raw_read_mb_per_s']:.0f} MB/s",
-                ctx.reproduce("throughput") + f" --conformance-min-samples-per-s {ctx.min_samples_per_s:g}",
-            )
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
+    details: dict[str, Any] = {}
+    with claims.claim("rate") as claim:
+        measured = []
+        for encoding in ctx.encodings():
+            measured.append(_measure(ctx, encoding))
+            claim.examined(measured[-1]["samples"])
+        details["summary"] = "; ".join(
+            f"{m['encoding'] or 'data'} ({m['sample_kb']:.1f} kB/sample): cook {m['cook_us_per_sample']:.0f} us/sample, "
+            f"loader {m['loader_samples_per_s']:.0f} samples/s = {m['loader_mb_per_s']:.2f} MB/s "
+            f"after a first batch of {m['loader_first_batch_s'] * 1e3:.0f} ms ({m['loader_end_to_end_samples_per_s']:.0f} samples/s end to end), raw read {m['raw_read_mb_per_s']:.0f} MB/s"
+            for m in measured
+        )
+        details.update({**measured[0], "measurements": measured})
+        if ctx.min_samples_per_s is not None:
+            slowest = min(measured, key=lambda m: m["loader_samples_per_s"])
+            details["min_samples_per_s"] = ctx.min_samples_per_s
+            if slowest["loader_samples_per_s"] < ctx.min_samples_per_s:
+                fail(
+                    f"loader throughput on {slowest['encoding'] or 'the'} data is {slowest['loader_samples_per_s']:.1f} "
+                    f"samples/s (steady state, after the first batch), below --min-samples-per-s {ctx.min_samples_per_s:g} ({slowest['setup']}; "
+                    f"{slowest['sample_kb']:.1f} kB/sample). Measured beside it: the bare cook takes "
+                    f"{slowest['cook_us_per_sample']:.0f} us/sample, the loader moves {slowest['loader_mb_per_s']:.2f} MB/s "
+                    f"and a raw read of the same shards {slowest['raw_read_mb_per_s']:.0f} MB/s"
+                )
     return details

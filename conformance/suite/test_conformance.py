@@ -1,4 +1,5 @@
-"""One test per conformance property, parametrized by target (see conformance.plugin)."""
+"""The conformance suite as pytest collects it: one test per (target, property), each running every claim
+of its property (see conformance.plugin)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 import pytest
 
 from conformance.api import make_context, run_property
-from conformance.plugin import option_dest
-from conformance.properties import PROPERTIES, Property
+from conformance.plugin import claim_expectations, option_dest
+from conformance.properties import PROPERTIES, Property, get_property
 from conformance.target import resolve_target
 
 
@@ -26,6 +27,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         indirect=True,
         scope="session",
     )
+    metafunc.parametrize("property_id", [p.id for p in PROPERTIES], ids=[p.id for p in PROPERTIES])
 
 
 @pytest.fixture(scope="session")
@@ -48,30 +50,30 @@ def conformance_context(
         schema=config.getoption(option_dest("schema")),
         dataset=config.getoption(option_dest("dataset")),
         min_samples_per_s=config.getoption(option_dest("min-samples-per-s")),
+        strict=config.getoption("conformance_strict"),
     )
 
 
-def _make_test(prop: Property):
-    def test(conformance_context, request: pytest.FixtureRequest) -> None:
-        result = run_property(prop, conformance_context)
-        record = {
-            **result.to_dict(),
-            "number": prop.number,
-            "title": prop.title,
-            "kind": conformance_context.target.kind,
-        }
-        request.node.user_properties.append(("conformance_result", json.dumps(record, default=str)))
-        if result.verdict == "skip":
-            pytest.skip(result.message)
-        if result.verdict in ("fail", "error"):
-            text = f"property {prop.number} ({prop.title}) {'failed' if result.verdict == 'fail' else 'could not run'}: "
-            text += result.message + (f"\nreproduce: {result.reproduce}" if result.reproduce else "")
-            pytest.fail(text, pytrace=False)
-
-    test.__name__ = f"test_{prop.id}"
-    test.__doc__ = f"Property {prop.number}: {prop.title}."
-    return test
-
-
-for _prop in PROPERTIES:
-    globals()[f"test_{_prop.id}"] = _make_test(_prop)
+def test_property(conformance_context, property_id: str, request: pytest.FixtureRequest) -> None:
+    """Every claim of one conformance property holds for the target (advice is reported, not failed)."""
+    prop: Property = get_property(property_id)
+    result = run_property(prop, conformance_context, expected_failures=claim_expectations(request.config))
+    record = {
+        **result.to_dict(),
+        "number": prop.number,
+        "title": prop.title,
+        "kind": conformance_context.target.kind,
+    }
+    request.node.user_properties.append(("conformance_result", json.dumps(record, default=str)))
+    head = f"property {prop.number} ({prop.title})"
+    if result.verdict == "skip":
+        pytest.skip(f"{head}: {result.message}")
+    if result.verdict == "xfail":
+        pytest.xfail(f"{head}: {result.message}")
+    if result.verdict in ("fail", "error"):
+        counted = ("fail", "error", "advice") if conformance_context.strict else ("fail", "error")
+        failed = [c for c in result.claims if c.verdict in counted]
+        count = f"{len(failed)} claim{'s' if len(failed) != 1 else ''}"
+        what = "failed" if result.verdict == "fail" else "could not be checked (a defect of the suite)"
+        text = f"{head}: {count} {what}, worst first:\n{result.message}"
+        pytest.fail(text + (f"\nreproduce: {result.reproduce}" if result.reproduce else ""), pytrace=False)

@@ -1,0 +1,307 @@
+"""Claims: the named, separately reported statements a property is made of.
+
+A property (``bad_input``) is a list of claims (``bad_input/code_execution``, ``bad_input/missing_member``,
+...). Each claim runs and is reported on its own, so a failing claim never hides another. A claim is
+either a **defect** claim, whose failure means the target can lose, corrupt, duplicate or reorder data,
+break determinism or checkpoint resume, let bad input become a training sample or run code from a shard
+(the run fails), or an **advice** claim: an opinion the suite reports (terminal summary, ``report.json``'s
+``advice``, ``report.md``) without changing the exit status, unless ``--conformance-strict``.
+
+A check uses a :class:`ClaimRecorder`::
+
+    with claims.claim("missing_member") as claim:
+        ...
+        claim.examined()                 # one more case looked at
+        claim.problem("...")             # a violation; the claim goes on
+        fail("...")                      # a violation that ends this claim (PropertyFailure)
+    claims.not_applicable("images", "the format has no image members")
+
+A claim that examined nothing and found nothing fails: it has not passed. An exception the target raised
+on clean data (:class:`~conformance.execution.TargetError`) fails the claim it happened in; any other
+exception is the suite's own defect and gives the verdict ``error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any, Literal
+
+from .results import PropertyFailure, PropertySkipped
+
+__all__ = [
+    "Harm",
+    "Claim",
+    "ClaimResult",
+    "ClaimCheck",
+    "ClaimRecorder",
+    "ClaimVerdict",
+]
+
+ClaimVerdict = Literal["pass", "fail", "advice", "skip", "xfail", "error"]
+
+
+class Harm(IntEnum):
+    """What a failing claim does to a training run; lower is worse (reports list the worst first)."""
+
+    SECURITY = 0  # code from a shard runs
+    DATA = 1  # samples lost, duplicated, reordered or corrupted
+    BAD_INPUT = 2  # a faulty sample becomes a training sample
+    DETERMINISM = 3  # two identical runs differ
+    RESUME = 4  # a resumed run continues elsewhere
+    PERFORMANCE = 5  # slower than the rate the user asked for (--min-samples-per-s)
+    ADVICE = 9  # an opinion: never fails unless --conformance-strict
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", " ")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement about a target. ``name`` is unique within its property; ``id`` is ``property/name``."""
+
+    property: str
+    name: str
+    title: str
+    harm: Harm
+    #: what to do when it fails (the failure message says the specific case)
+    fix: str = ""
+    #: runs even when the target cannot cook clean data (security claims)
+    always: bool = False
+    #: applies to these target kinds only
+    applies_to: frozenset[str] = frozenset({"cooker", "task_encoder"})
+
+    @property
+    def id(self) -> str:
+        return f"{self.property}/{self.name}"
+
+    @property
+    def advice(self) -> bool:
+        return self.harm is Harm.ADVICE
+
+
+def claims_of(property_id: str, *specs: tuple) -> tuple[Claim, ...]:
+    """``Claim``s of one property from ``(name, title, harm[, fix[, options]])`` tuples."""
+    out = []
+    for spec in specs:
+        name, title, harm, *rest = spec
+        fix = rest[0] if rest else ""
+        options = rest[1] if len(rest) > 1 else {}
+        out.append(Claim(property_id, name, title, harm, fix, **options))
+    return tuple(out)
+
+
+@dataclass
+class ClaimResult:
+    """One claim's outcome for one target."""
+
+    id: str
+    title: str
+    harm: str
+    verdict: ClaimVerdict
+    message: str = ""
+    fix: str = ""
+    examined: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("pass", "skip", "xfail", "advice")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ClaimCheck:
+    """The handle a check gets inside ``with claims.claim(name)``."""
+
+    claim: Claim
+    problems: list[str] = field(default_factory=list)
+    count: int = 0
+    why_nothing: str = ""
+
+    def examined(self, count: int = 1) -> None:
+        """Record that ``count`` more cases were examined (a claim that examined none has not passed)."""
+        self.count += count
+
+    def problem(self, message: str) -> None:
+        """Record a violation and go on (the claim fails; every problem is reported)."""
+        if message not in self.problems:
+            self.problems.append(message)
+
+    def nothing_because(self, reason: str) -> None:
+        """Why this claim could examine nothing (said if it ends with nothing examined)."""
+        self.why_nothing = reason
+
+
+#: at most this many problems of one claim are spelled out; the rest are counted
+MAX_PROBLEMS_SHOWN = 6
+
+
+class ClaimRecorder:
+    """Collects the claim results of one property run (see the module docstring)."""
+
+    def __init__(
+        self,
+        claims: Sequence[Claim],
+        *,
+        kind: str,
+        reproduce: Callable[[str], str],
+        unreadable: Callable[[], str] = lambda: "",
+    ) -> None:
+        self._claims = {c.name: c for c in claims}
+        self._kind = kind
+        self._reproduce = reproduce
+        self._unreadable = unreadable
+        self._results: dict[str, ClaimResult] = {}
+        self._checks: dict[str, ClaimCheck] = {}
+        #: set when the property is blocked: only ``always`` claims run; entering another one stops the
+        #: check (its claims were already marked blocked)
+        self.only_always = False
+
+    # -- used by checks ------------------------------------------------------------------------------------
+
+    def declared(self, name: str) -> Claim:
+        try:
+            return self._claims[name]
+        except KeyError:
+            raise KeyError(f"claim {name!r} is not declared; declared: {sorted(self._claims)}") from None
+
+    @contextlib.contextmanager
+    def claim(self, name: str) -> Iterator[ClaimCheck]:
+        """Run one claim; entering the same claim again adds to it (e.g. once per data format)."""
+        claim = self.declared(name)
+        if self.only_always and not claim.always:
+            raise PropertySkipped("blocked")
+        check = self._checks.setdefault(name, ClaimCheck(claim))
+        started = time.perf_counter()
+        outcome: tuple[ClaimVerdict, str] | None = None
+        try:
+            yield check
+        except PropertyFailure as failure:
+            check.problem(failure.message)
+        except PropertySkipped as skipped:
+            outcome = ("skip", str(skipped))
+        except Exception as error:
+            from .execution import TargetError  # a cycle otherwise (execution uses results, not claims)
+
+            if isinstance(error, TargetError):
+                check.problem(error.message)
+            else:
+                outcome = ("error", _suite_error(error))
+        seconds = time.perf_counter() - started
+        previous = self._results.get(name)
+        seconds += previous.seconds if previous else 0.0
+        if outcome is not None and outcome[0] == "error":
+            self._record(claim, "error", outcome[1], check.count, seconds)
+        elif outcome is not None and not check.problems:
+            self._record(claim, "skip", outcome[1], check.count, seconds)
+        else:
+            self._record(claim, None, "", check.count, seconds)
+
+    def not_applicable(self, name: str, reason: str) -> None:
+        """This claim does not apply to the target or its data (a skip, with the reason)."""
+        claim = self.declared(name)
+        if name not in self._results:
+            self._results[name] = ClaimResult(claim.id, claim.title, claim.harm.label, "skip", reason)
+
+    def blocked(self, reason: str) -> None:
+        """Every claim not yet run is skipped because ``reason`` (e.g. the target cannot cook clean data)."""
+        for name in self._claims:
+            self.not_applicable(name, reason)
+
+    def aborted(self, error: BaseException) -> None:
+        """The property stopped outside any claim: the claims it did not reach say why."""
+        from .execution import TargetError
+
+        for name, claim in self._claims.items():
+            if name in self._results:
+                continue
+            if isinstance(error, TargetError):
+                verdict, message = "fail", f"could not be checked: {error.message}"
+            elif isinstance(error, PropertyFailure):
+                verdict, message = "fail", f"could not be checked: {error.message}"
+            elif isinstance(error, PropertySkipped):
+                verdict, message = "skip", str(error)
+            else:
+                verdict, message = "error", _suite_error(error)
+            if verdict == "fail" and claim.advice:
+                verdict = "advice"
+            self._results[name] = ClaimResult(
+                claim.id,
+                claim.title,
+                claim.harm.label,
+                verdict,
+                message,
+                claim.fix if verdict != "skip" else "",
+            )
+
+    # -- used by the runner --------------------------------------------------------------------------------
+
+    def results(self) -> list[ClaimResult]:
+        """Every declared claim's result, in declaration order; a claim the check never reached is the
+        suite's defect (``error``)."""
+        out = []
+        for name, claim in self._claims.items():
+            result = self._results.get(name)
+            if result is None:
+                if self._kind not in claim.applies_to:
+                    result = ClaimResult(
+                        claim.id, claim.title, claim.harm.label, "skip", f"applies to {_kinds(claim)} targets"
+                    )
+                else:
+                    result = ClaimResult(
+                        claim.id,
+                        claim.title,
+                        claim.harm.label,
+                        "error",
+                        "the suite did not run this claim (a defect of the conformance suite)",
+                    )
+            out.append(result)
+        return out
+
+    def _record(
+        self, claim: Claim, verdict: ClaimVerdict | None, message: str, count: int, seconds: float
+    ) -> None:
+        check = self._checks[claim.name]
+        fix = ""
+        if verdict is None:
+            if check.problems:
+                verdict = "advice" if claim.advice else "fail"
+                message = _join(check.problems)
+                fix = claim.fix
+            elif count == 0:
+                verdict = "advice" if claim.advice else "fail"
+                why = check.why_nothing or self._unreadable() or "no case reached the check"
+                message = f"examined nothing, so this claim has not passed: {why}"
+                fix = "make the clean data cook (see the reason), then run the suite again"
+            else:
+                verdict = "pass"
+        self._results[claim.name] = ClaimResult(
+            claim.id, claim.title, claim.harm.label, verdict, message, fix, count, round(seconds, 3)
+        )
+
+
+def _kinds(claim: Claim) -> str:
+    return " and ".join(sorted(k.replace("_", " ") for k in claim.applies_to))
+
+
+def _join(problems: list[str]) -> str:
+    shown = problems[:MAX_PROBLEMS_SHOWN]
+    text = "\n".join(f"- {p}" if len(problems) > 1 else p for p in shown)
+    if len(problems) > len(shown):
+        text += f"\n- ... and {len(problems) - len(shown)} more"
+    return text
+
+
+def _suite_error(error: BaseException) -> str:
+    return (
+        f"the conformance suite itself failed ({type(error).__name__}: {error}); this is a defect of the "
+        f"suite, not of the target. Please report it with this traceback:\n{traceback.format_exc(limit=8)}"
+    )
