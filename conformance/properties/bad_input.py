@@ -4,18 +4,18 @@
 members run code when unpickled, through the target as it is, in a fresh process, in the environment as
 it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`conformance.probe`).
 
-The other claims: a faulty sample (a required member missing, truncated or garbage bytes, a value of the
-wrong type, a caption that is not UTF-8) goes through the target's pipeline as in production (member bytes
-through its decoder, then its cooker and ``encode_sample``) and must end in an error: Energon's handler
-then logs the sample and counts it. A sample that comes out (a silent default such as zeros), vanishes
+The other claims: a faulty sample (a required member missing, truncated or garbage bytes, a tensor member
+that holds a dict instead, a caption that is not UTF-8) goes through the target's pipeline as in
+production (member bytes through its decoder, its cooker, and for a TaskEncoder ``encode_sample`` and
+``batch()``) and must end in an error: Energon's handler then logs the sample and counts it. A sample that comes out (a silent default such as zeros), vanishes
 through ``SkipSample`` (nothing logged, nothing counted) or hangs is a defect. An error that does not name
 the sample is advice: Energon's handler logs the sample's key and shard for every exception anyway.
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
+import io
 import json
 import shutil
 import tempfile
@@ -29,7 +29,7 @@ from synthetic import ImageSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import cook, worker_context
+from ..execution import TargetError, cook, worker_context
 from ..probe import (
     ENVIRONMENTS,
     EXTRA_MEMBERS,
@@ -68,9 +68,9 @@ CLAIMS = claims_of(
     ),
     (
         "wrong_type",
-        "a member value of the wrong type raises an error (no silent default, no silent skip, no hang)",
+        "a tensor member that holds something else (a dict with the tensor inside) raises an error",
         Harm.BAD_INPUT,
-        "check the member's type and raise TypeError for anything else",
+        "check that what was read is a tensor (isinstance) and raise TypeError otherwise",
     ),
     (
         "not_utf8",
@@ -93,16 +93,27 @@ _CLAIM_OF = {
     "missing": "missing_member",
     "truncated": "corrupt_payload",
     "garbage bytes": "corrupt_payload",
-    "wrong type (an int)": "wrong_type",
+    "a dict instead of a tensor": "wrong_type",
     "not UTF-8": "not_utf8",
 }
 
 
+def _not_a_tensor(value: bytes) -> bytes:
+    """A ``.pth`` that holds a dict with the tensor inside instead of the tensor (a saved state dict): a
+    member of the wrong type that every tensor reader decodes without complaint."""
+    import torch
+
+    from ._common import expected_value
+
+    buffer = io.BytesIO()
+    torch.save({"tensor": expected_value(TensorSpec(()), value)}, buffer)
+    return buffer.getvalue()
+
+
 def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
     """``(label, stage, bad value)``; stage "bytes" mutates the member bytes before the target's decoder,
-    stage "value" the value the cooker receives (after the decoder)."""
+    stage "value" removes the member after it."""
     yield "missing", "value", None
-    yield "wrong type (an int)", "value", 12345
     if not isinstance(value, (bytes, bytearray)):
         return
     if isinstance(spec, TextSpec):
@@ -110,12 +121,18 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
     elif isinstance(spec, (TensorSpec, ImageSpec)):
         yield "truncated", "bytes", bytes(value[: len(value) // 2])
         yield "garbage bytes", "bytes", b"\x00garbage\xff" * 8
+    if isinstance(spec, TensorSpec):
+        yield "a dict instead of a tensor", "bytes", _not_a_tensor(bytes(value))
 
 
-def _outcome(ctx: CheckContext, sample: dict, stage: str, member: str, bad: Any) -> tuple[str, Any]:
-    """Run one faulty sample through the target's pipeline: ``("error", exception)`` when some stage raised,
+def _outcome(
+    ctx: CheckContext, template: dict, sample: dict, stage: str, member: str, bad: Any
+) -> tuple[str, Any]:
+    """Run one faulty sample through the target's pipeline as in production: member bytes through the
+    target's decoder, its cooker, and for a TaskEncoder ``encode_sample`` and ``batch()`` (beside a clean
+    sample, so that a value that stacks can). ``("error", exception)`` when some stage raised,
     ``("decoder", exception)`` when the decoder refused it, ``("skip", None)``, ``("hang", None)`` or
-    ``("output", value)``."""
+    ``("output", value)`` when it came out."""
     sample = dict(sample)
     if stage == "bytes":
         sample[member] = bad
@@ -124,20 +141,23 @@ def _outcome(ctx: CheckContext, sample: dict, stage: str, member: str, bad: Any)
     except Exception as error:  # the decoder refused it: Energon logs and counts the sample
         return "decoder", error
     if stage == "value":
-        if bad is None:
-            decoded.pop(member, None)
-        else:
-            decoded[member] = bad
+        decoded.pop(member, None)
+
+    def encoded(crude: dict, *, clean: bool) -> Any:
+        output = cook(ctx.target, crude, seed=ctx.seed, clean=clean)
+        task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
+        with worker_context(ctx.seed, 0):
+            output = task_encoder.encode_sample(output)
+        return list(output)[0] if inspect.isgenerator(output) else output
 
     def pipeline() -> Any:
-        output = cook(ctx.target, decoded, seed=ctx.seed, clean=False)
-        if ctx.target.kind == "task_encoder":
-            task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
-            with worker_context(ctx.seed, 0):
-                output = task_encoder.encode_sample(output)
-                if inspect.isgenerator(output):
-                    output = list(output)
-        return output
+        if ctx.target.kind != "task_encoder":
+            return cook(ctx.target, decoded, seed=ctx.seed, clean=False)
+        faulty = encoded(decoded, clean=False)
+        companion = encoded(decode_like_target(ctx, template), clean=True)
+        task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
+        with worker_context(ctx.seed, 0):
+            return task_encoder.batch([faulty, companion])
 
     try:
         return "output", call_with_timeout(pipeline, ctx.call_timeout_s)
@@ -145,6 +165,8 @@ def _outcome(ctx: CheckContext, sample: dict, stage: str, member: str, bad: Any)
         return "hang", None
     except SkipSample:
         return "skip", None
+    except TargetError:
+        raise  # the clean companion sample failed: not this claim's finding
     except Exception as error:
         return "error", error
 
@@ -164,9 +186,11 @@ def _judge(
                 "logged or counted; raise an error instead (Energon logs and counts it)"
             )
         elif kind == "output":
+            where = (
+                "in a batch" if ctx.target.kind == "task_encoder" else f"as a cooked {type(value).__name__}"
+            )
             claim.problem(
-                f"{what}: sample {key!r} came out as a training sample ({type(value).__name__}) instead of "
-                "raising: a silent default"
+                f"{what}: sample {key!r} came out {where} instead of raising an error: a silent default"
             )
     if kind == "error":
         with claims.claim("names_sample") as claim:
@@ -199,11 +223,15 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 if label == "missing" and (schema.encoding, member) in OPTIONAL_MEMBERS:
                     continue
                 what = f"member {member!r}: {label}"
-                kind, value = _outcome(ctx, copy.copy(template), stage, member, bad)
-                _judge(ctx, claims, label, what, template["__key__"], kind, value)
+                # Each faulty sample has a key of its own, as in a real shard (a cache keyed by __key__
+                # must not turn this into a purity verdict).
+                sample = {**template, "__key__": f"{template['__key__']}_fault{len(checked):02d}"}
+                kind, value = _outcome(ctx, template, sample, stage, member, bad)
+                _judge(ctx, claims, label, what, sample["__key__"], kind, value)
                 checked.append(what)
-    for name in ("not_utf8", "corrupt_payload"):
+    for name in ("not_utf8", "corrupt_payload", "wrong_type"):
         claims.not_applicable(name, "the data format has no member of this kind")
+    claims.not_applicable("names_sample", "no faulty sample raised an error whose message could be read")
     details["faults"] = checked
     return details
 
@@ -299,20 +327,24 @@ def _wait(ctx: CheckContext, child: Child, out: Path) -> dict:
 
 
 def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
+    """One problem per cause (what unpickled, in which environments), naming every member and sample."""
     by_member: dict[tuple[str, str], list] = {}
     for finding in findings:
         by_member.setdefault((finding.key, finding.member), []).append(finding)
+    by_cause: dict[tuple[str, str, bool], list[str]] = {}
     for (key, member), found in sorted(by_member.items()):
-        environments = [f.environment for f in found]
-        first = found[0]
+        environments = sorted({f.environment for f in found})
         only_forced = environments == ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"]
-        when = (
-            "only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (so a torch.load without an explicit weights_only=True)"
-            if only_forced
-            else "in the default environment"
-            + (" and with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" if len(found) > 1 else "")
-        )
-        if first.ran_by == "decoder":
+        cause = (found[0].ran_by, found[0].where, only_forced, len(environments) > 1)
+        by_cause.setdefault(cause, []).append(f"{member!r} (sample {key!r})")
+    for (ran_by, where, only_forced, both), members in by_cause.items():
+        if only_forced:
+            when = "only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, i.e. a torch.load without an explicit weights_only=True"
+        else:
+            when = "in the default environment" + (
+                " and with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" if both else ""
+            )
+        if ran_by == "decoder":
             fix = (
                 "set `decoder = None` and read members in the cooker with torch.load(..., weights_only=True) or "
                 "primus_energon.read_tensor, or use primus_energon.decoding.SafeSampleDecoder: Energon's "
@@ -325,6 +357,8 @@ def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
                 "never unpickle shard data (pickle.loads, np.load(allow_pickle=True), torch.load(weights_only=False)); "
                 "read tensors with torch.load(..., weights_only=True) or primus_energon.read_tensor"
             )
+        noun = "member" if len(members) == 1 else f"{len(members)} members"
         claim.problem(
-            f"member {member!r} of sample {key!r} ran its code when {first.where} unpickled it, {when}. Fix: {fix}"
+            f"{noun} {', '.join(members)} ran code from the shard when {where} unpickled "
+            f"{'it' if len(members) == 1 else 'them'}, {when}. Fix: {fix}"
         )

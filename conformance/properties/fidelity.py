@@ -165,9 +165,39 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     return {"samples": checked}
 
 
+#: texts every text member is also tried with (hypothesis draws the rest): edge cases a cooker may alter
+EDGE_TEXTS = (
+    "",
+    " leading space",
+    "trailing space ",
+    "\ttabs and\nnew lines\n",
+    "non-ASCII: Ünïcödé 漢字 emoji 🙂 and a combining e\u0301",
+    "NUL \x00 and bell \x07 characters",
+    "a long caption " * 300,
+)
+
+
+def _edge_cases(ctx: CheckContext, members: dict, template: dict) -> int:
+    """Cook the template with each of EDGE_TEXTS in every text member; a problem fails ``payloads``."""
+    text_members = [m for m, spec in members.items() if isinstance(spec, TextSpec) and m in template]
+    for index, text in enumerate(EDGE_TEXTS if text_members else ()):
+        # A key of its own for each drawn payload, as in a real shard (caching by key is purity/shared_key).
+        sample = {**template, "__key__": f"{template['__key__']}_edge{index}"}
+        sample.update({m: text.encode("utf-8") for m in text_members})
+        output = cook(ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed)
+        for member in text_members:
+            problem = _member_problem(members[member], member, sample[member], output)
+            if problem:
+                raise PropertyFailure(
+                    f"caption edge case {text[:40]!r}: sample {sample['__key__']!r}: {problem}"
+                )
+    return len(EDGE_TEXTS) if text_members else 0
+
+
 def _hypothesis_payloads(ctx: CheckContext, members: dict, template: dict) -> int:
-    """Cook the template sample with hypothesis-drawn tensor values/dtypes and caption texts (as member
-    bytes, decoded by the target's decoder as in production)."""
+    """Cook the template sample with the edge-case captions, then with hypothesis-drawn tensor
+    values/dtypes and caption texts (as member bytes, decoded by the target's decoder as in production)."""
+    edge = _edge_cases(ctx, members, template)
     texts = st.one_of(
         st.text(st.characters(exclude_categories=("Cs",)), max_size=200),
         st.text(st.characters(exclude_categories=("Cs",)), min_size=1000, max_size=4000),
@@ -177,7 +207,7 @@ def _hypothesis_payloads(ctx: CheckContext, members: dict, template: dict) -> in
     @ctx.profile.hypothesis_settings()
     @given(data=st.data())
     def run(data: Any) -> None:
-        sample = dict(template)
+        sample = {**template, "__key__": f"{template['__key__']}_drawn{counter['n']}"}
         for member, spec in members.items():
             if member not in sample:
                 continue
@@ -202,4 +232,4 @@ def _hypothesis_payloads(ctx: CheckContext, members: dict, template: dict) -> in
                     raise PropertyFailure(f"hypothesis payload for sample {sample['__key__']!r}: {problem}")
 
     run()
-    return counter["n"]
+    return edge + counter["n"]
