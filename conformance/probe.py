@@ -206,12 +206,17 @@ def environment(variables: dict[str, str]) -> Iterator[None]:
 def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64) -> dict[str, Any]:
     """Read every sample of ``dataset`` through ``target``'s full loading path (validation mode, no
     workers), logging and counting the errors as Energon's default handler would; returns
-    ``{"batches", "errors"}``. Used by the probe child and the in-process fallback."""
+    ``{"batches", "errors", "reached", "stopped"}``: ``reached`` counts the samples the loading path got to
+    (batched or refused), ``stopped`` why loading ended early. Used by the probe child and the in-process
+    fallback."""
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
     errors: list[str] = []
+    refused = [0]
+    stopped = ""
 
     def record(error: Exception, sample: Any, sources: Any) -> None:
+        refused[0] += 1
         if len(errors) < 32:
             errors.append(f"{type(error).__name__}: {str(error)[:200]}")
 
@@ -231,5 +236,5 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
                 if batches >= limit:
                     break
         except Exception as error:  # the target cannot load the probe at all: the markers still tell
-            errors.append(f"loading stopped: {type(error).__name__}: {str(error)[:200]}")
-    return {"batches": batches, "errors": errors}
+            stopped = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    return {"batches": batches, "errors": errors, "reached": batches + refused[0], "stopped": stopped}

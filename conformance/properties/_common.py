@@ -161,8 +161,11 @@ class TimedOut(Exception):
 
 
 def call_with_timeout(fn: Callable[[], Any], seconds: float) -> Any:
-    """``fn()`` in a daemon thread; raises :class:`TimedOut` when it has not returned after ``seconds``
-    (a hung cooker cannot be killed from Python, but the check reports it and goes on)."""
+    """``fn()`` in a daemon thread; raises :class:`TimedOut` when it has not returned after ``seconds``.
+
+    A hung call cannot be killed from Python: the check reports it and goes on. Energon keeps the active
+    worker config of a single-process loader in class attributes, which the hung call still holds; they are
+    released here so that the suite's next loader can start (the hung call keeps running in its thread)."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -175,6 +178,10 @@ def call_with_timeout(fn: Callable[[], Any], seconds: float) -> Any:
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
+        from megatron.energon import WorkerConfig
+
+        WorkerConfig.active_worker_config = None
+        WorkerConfig._sample_index_stack = None
         raise TimedOut(f"no result after {seconds:.0f} s")
     if "error" in outcome:
         raise outcome["error"]

@@ -108,10 +108,11 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     claim.problem(f"{where}: {error.message}")
                     continue
                 claim.examined()
-                if output is None:
+                if output is None or isinstance(output, (str, bytes, int, float, bool)):
+                    what = "None" if output is None else f"a {type(output).__name__}, not a sample"
                     claim.problem(
-                        f"the cooker returned None for the clean sample {sample['__key__']!r} of {where}: every "
-                        "field of the sample is lost"
+                        f"the cooker returned {what} for the clean sample {sample['__key__']!r} of {where}: "
+                        "every member of the sample is lost"
                     )
     return {"datasets": checked}
 

@@ -264,16 +264,22 @@ def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
             outcomes = _run_probe(ctx, path, Path(tmp))
             findings = [f for label in outcomes for f in read_findings(Path(tmp) / _slug(label), label)]
         findings += read_findings(fallback, "default")
+        _report(ctx, claim, findings)
         for label, outcome in outcomes.items():
             if outcome.get("incomplete"):
                 claim.problem(
                     f"the probe could not finish loading the hostile shard through {ctx.target.describe()} "
                     f"({label} environment): {outcome['incomplete']}; code execution is not ruled out"
                 )
-            else:
+            elif outcome.get("reached"):
                 claim.examined(len(poisoned))
-        _report(ctx, claim, findings)
         runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": outcomes})
+    if not claim.count and not claim.problems:
+        stopped = "; ".join(dict.fromkeys(o.get("stopped", "") for r in runs for o in r["outcomes"].values()))
+        raise PropertySkipped(
+            f"the target's loader stops before it reaches any sample ({stopped or 'no sample was loaded'}), so "
+            "no member reached a decoder or a cooker; fix what accepted reports first"
+        )
     return {"runs": runs}
 
 

@@ -1,7 +1,7 @@
-"""Deliberately broken cookers and TaskEncoders, each with the property that must catch it.
+"""Deliberately broken cookers and TaskEncoders, each with the claim that must catch it.
 
-Every entry of BROKEN_TARGETS names a realistic bug (many seen in the wild: see the prior-art notes)
-and the conformance property that must fail on it. tests/test_conformance_zoo.py asserts that it does.
+Every entry of BROKEN_TARGETS names a realistic bug and the conformance claim that must report it: a
+defect claim must fail, an advice claim must give advice. tests/test_conformance_zoo.py asserts that it does.
 Running some of these executes the suite's benign malicious payload (it only creates a marker file).
 """
 
@@ -315,7 +315,7 @@ class PadsSilentlyTaskEncoder(_Base):
         return out
 
 
-# Random augmentation without restore_seeds: resumes with different noise (Energon notes §4). ------
+# Random augmentation without restore_seeds: resumes with different noise. ---------------------------
 
 
 class UnseededAugmentationTaskEncoder(_Base):
@@ -329,7 +329,6 @@ class UnseededAugmentationTaskEncoder(_Base):
         return batch_preencoded(samples)
 
 
-#: name -> (kind, spec, options, the property that must fail)
 class InPlaceEncodeTaskEncoder(EncodedDiffusionTaskEncoder):
     """Scales the latents in place in encode_sample: the reference cooker's tensors are views of Energon's
     member bytes, so this rewrites the shard data it was handed (harmless with a copying cooker)."""
@@ -350,53 +349,305 @@ class InPlaceBatchTaskEncoder(_Base):
         return batch_preencoded(samples)
 
 
-BROKEN_TARGETS: dict[str, tuple[str, str, dict, str]] = {
+# Claims added with the claim split --------------------------------------------------------------
+
+
+@stateless
+def cook_wrong_key(sample: dict) -> DiffusionSample:
+    """Strips the shard prefix from the key: the sample now claims to be another one."""
+    good = _good(sample)
+    good.__key__ = sample["__key__"].rsplit("_", 1)[-1]
+    return good
+
+
+@stateless
+def cook_passes_non_tensors_through(sample: dict) -> DiffusionSample:
+    """Loads safely but never checks that a .pth held a tensor (a saved dict passes as latents)."""
+    tensors = {
+        field: torch.load(io.BytesIO(sample[member]), map_location="cpu", weights_only=True)
+        for field, member in _MEMBERS.items()
+    }
+    return DiffusionSample(
+        **basic_sample_keys(sample), **tensors, caption=bytes(sample.get("caption.txt", b"")).decode("utf-8")
+    )
+
+
+@stateless
+def cook_replaces_bad_utf8(sample: dict) -> DiffusionSample:
+    """Decodes captions with errors="replace": bad bytes become U+FFFD in the training caption."""
+    tensors = {field: load_tensor(sample[member], sample, member) for field, member in _MEMBERS.items()}
+    caption = bytes(sample.get("caption.txt", b"")).decode("utf-8", errors="replace")
+    return DiffusionSample(**basic_sample_keys(sample), **tensors, caption=caption)
+
+
+@stateless
+def cook_zeros_on_decode_error(sample: dict) -> DiffusionSample:
+    """Raises for a missing member, but fills in zeros when the bytes do not decode."""
+    for member in _MEMBERS.values():
+        if member not in sample:
+            raise KeyError(member)
+    return cook_zeros_on_bad_input(sample)
+
+
+@stateless
+def cook_default_torch_load(sample: dict) -> DiffusionSample:
+    """torch.load without weights_only: safe while torch's default (True since 2.6) holds, unsafe under
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1."""
+    tensors = {
+        field: torch.load(io.BytesIO(sample[member]), map_location="cpu")
+        for field, member in _MEMBERS.items()
+    }
+    return DiffusionSample(
+        **basic_sample_keys(sample), **tensors, caption=bytes(sample.get("caption.txt", b"")).decode("utf-8")
+    )
+
+
+@stateless
+def cook_unpickles_npy_sidecars(sample: dict) -> DiffusionSample:
+    """Loads every .npy sidecar with allow_pickle=True (e.g. for ragged metadata)."""
+    for name, value in sample.items():
+        if name.endswith(".npy"):
+            np.load(io.BytesIO(value), allow_pickle=True)
+    return _good(sample)
+
+
+_UNCONDITIONAL = torch.zeros(16)
+
+
+@stateless
+def cook_shared_constant_field(sample: dict) -> dict[str, Any]:
+    """Attaches one module-level tensor to every sample: nothing is corrupted, but a write into one
+    sample's field would change every other's."""
+    good = _good(sample)
+    return {
+        **basic_sample_keys(sample),
+        "latents": good.latents,
+        "prompt_embeds": good.prompt_embeds,
+        "pooled_prompt_embeds": good.pooled_prompt_embeds,
+        "caption": good.caption,
+        "unconditional": _UNCONDITIONAL,
+    }
+
+
+#: name -> (kind, spec, options, the claim that must catch it, the verdict it must give: "fail" for a
+#: defect, "advice" for an opinion that never fails the run)
+BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
     "cook function without @stateless": (
         "cooker",
         "cook_not_stateless",
         {"encoding": "preencoded"},
-        "accepted",
+        "accepted/stateless",
+        "fail",
     ),
     "cooker for an encoding the data does not have": (
         "cooker",
         "COOKER_FOR_OTHER_ENCODING",
         {"encoding": "preencoded"},
-        "accepted",
+        "accepted/matches",
+        "fail",
     ),
-    "drops __restore_key__": ("cooker", "cook_drops_restore_key", {"encoding": "preencoded"}, "keys"),
-    "drops __sources__": ("cooker", "cook_drops_sources", {"encoding": "preencoded"}, "keys"),
-    "casts to float32": ("cooker", "cook_casts_to_float32", {"encoding": "preencoded"}, "fidelity"),
-    "strips the caption": ("cooker", "cook_strips_caption", {"encoding": "preencoded"}, "fidelity"),
-    "drops non-ASCII": ("cooker", "cook_ascii_caption", {"encoding": "preencoded"}, "fidelity"),
-    "truncates long captions": ("cooker", "cook_truncates_caption", {"encoding": "preencoded"}, "fidelity"),
-    "normalizes latents": ("cooker", "cook_normalizes_latents", {"encoding": "preencoded"}, "fidelity"),
-    "grayscale images": ("cooker", "cook_grayscale_images", {"encoding": "raw"}, "fidelity"),
-    "caches by __key__": ("cooker", "cook_caches_by_key", {"encoding": "preencoded"}, "purity"),
-    "mutates its input": ("cooker", "cook_mutates_input", {"encoding": "preencoded"}, "purity"),
-    "reseeds the global RNG": ("cooker", "cook_reseeds_global_rng", {"encoding": "preencoded"}, "purity"),
-    "outputs share one buffer": ("cooker", "cook_shared_buffer", {"encoding": "preencoded"}, "purity"),
-    "depends on call count": ("cooker", "cook_counts_calls", {"encoding": "preencoded"}, "purity"),
-    "zeros for bad input": ("cooker", "cook_zeros_on_bad_input", {"encoding": "preencoded"}, "bad_input"),
-    "error without the key": ("cooker", "cook_error_without_key", {"encoding": "preencoded"}, "bad_input"),
+    "a wrong __key__": ("cooker", "cook_wrong_key", {"encoding": "preencoded"}, "keys/key", "fail"),
+    "drops __restore_key__": (
+        "cooker",
+        "cook_drops_restore_key",
+        {"encoding": "preencoded"},
+        "keys/basic_keys",
+        "advice",
+    ),
+    "drops __sources__": (
+        "cooker",
+        "cook_drops_sources",
+        {"encoding": "preencoded"},
+        "keys/basic_keys",
+        "advice",
+    ),
+    "casts to float32": (
+        "cooker",
+        "cook_casts_to_float32",
+        {"encoding": "preencoded"},
+        "fidelity/dtypes",
+        "fail",
+    ),
+    "strips the caption": (
+        "cooker",
+        "cook_strips_caption",
+        {"encoding": "preencoded"},
+        "fidelity/text",
+        "fail",
+    ),
+    "drops non-ASCII": ("cooker", "cook_ascii_caption", {"encoding": "preencoded"}, "fidelity/text", "fail"),
+    "truncates long captions": (
+        "cooker",
+        "cook_truncates_caption",
+        {"encoding": "preencoded"},
+        "fidelity/text",
+        "fail",
+    ),
+    "normalizes latents": (
+        "cooker",
+        "cook_normalizes_latents",
+        {"encoding": "preencoded"},
+        "fidelity/tensors",
+        "fail",
+    ),
+    "grayscale images": ("cooker", "cook_grayscale_images", {"encoding": "raw"}, "fidelity/images", "fail"),
+    "caches by __key__": (
+        "cooker",
+        "cook_caches_by_key",
+        {"encoding": "preencoded"},
+        "purity/shared_key",
+        "fail",
+    ),
+    "mutates its input": (
+        "cooker",
+        "cook_mutates_input",
+        {"encoding": "preencoded"},
+        "purity/input_unchanged",
+        "advice",
+    ),
+    "reseeds the global RNG": (
+        "cooker",
+        "cook_reseeds_global_rng",
+        {"encoding": "preencoded"},
+        "purity/global_rng",
+        "fail",
+    ),
+    "outputs share one buffer": (
+        "cooker",
+        "cook_shared_buffer",
+        {"encoding": "preencoded"},
+        "purity/independent_outputs",
+        "fail",
+    ),
+    "a constant tensor shared by every sample": (
+        "cooker",
+        "cook_shared_constant_field",
+        {"encoding": "preencoded"},
+        "purity/shared_memory",
+        "advice",
+    ),
+    "depends on call count": (
+        "cooker",
+        "cook_counts_calls",
+        {"encoding": "preencoded"},
+        "purity/order",
+        "fail",
+    ),
+    "zeros for bad input": (
+        "cooker",
+        "cook_zeros_on_bad_input",
+        {"encoding": "preencoded"},
+        "bad_input/missing_member",
+        "fail",
+    ),
+    "zeros for undecodable bytes": (
+        "cooker",
+        "cook_zeros_on_decode_error",
+        {"encoding": "preencoded"},
+        "bad_input/corrupt_payload",
+        "fail",
+    ),
+    "passes a non-tensor through": (
+        "cooker",
+        "cook_passes_non_tensors_through",
+        {"encoding": "preencoded"},
+        "bad_input/wrong_type",
+        "fail",
+    ),
+    "replaces bad UTF-8": (
+        "cooker",
+        "cook_replaces_bad_utf8",
+        {"encoding": "preencoded"},
+        "bad_input/not_utf8",
+        "fail",
+    ),
+    "error without the key": (
+        "cooker",
+        "cook_error_without_key",
+        {"encoding": "preencoded"},
+        "bad_input/names_sample",
+        "advice",
+    ),
     "skips bad samples silently": (
         "cooker",
         "cook_skips_bad_samples",
         {"encoding": "preencoded"},
-        "bad_input",
+        "bad_input/missing_member",
+        "fail",
     ),
     "torch.load weights_only=False": (
         "cooker",
         "cook_unsafe_torch_load",
         {"encoding": "preencoded"},
-        "bad_input",
+        "bad_input/code_execution",
+        "fail",
     ),
-    "Energon's default decoder": ("task_encoder", "DefaultDecoderTaskEncoder", {}, "bad_input"),
-    "torch.cat batch": ("task_encoder", "ConcatBatchTaskEncoder", {}, "batch"),
-    "reversed batch": ("task_encoder", "ReversedBatchTaskEncoder", {}, "batch"),
-    "drops a sample": ("task_encoder", "DropsLastTaskEncoder", {}, "batch"),
-    "bare torch.stack error": ("task_encoder", "BareStackTaskEncoder", {}, "batch"),
-    "pads mismatched shapes silently": ("task_encoder", "PadsSilentlyTaskEncoder", {}, "batch"),
-    "scales zero-copy latents in place": ("task_encoder", "InPlaceEncodeTaskEncoder", {}, "batch"),
-    "normalizes samples in place in batch()": ("task_encoder", "InPlaceBatchTaskEncoder", {}, "batch"),
-    "unseeded augmentation": ("task_encoder", "UnseededAugmentationTaskEncoder", {}, "resume"),
+    "torch.load without weights_only": (
+        "cooker",
+        "cook_default_torch_load",
+        {"encoding": "preencoded"},
+        "bad_input/code_execution",
+        "fail",
+    ),
+    "np.load(allow_pickle=True) on sidecars": (
+        "cooker",
+        "cook_unpickles_npy_sidecars",
+        {"encoding": "preencoded"},
+        "bad_input/code_execution",
+        "fail",
+    ),
+    "Energon's default decoder": (
+        "task_encoder",
+        "DefaultDecoderTaskEncoder",
+        {},
+        "bad_input/code_execution",
+        "fail",
+    ),
+    "torch.cat batch": ("task_encoder", "ConcatBatchTaskEncoder", {}, "batch/rows", "fail"),
+    "reversed batch": ("task_encoder", "ReversedBatchTaskEncoder", {}, "batch/rows", "fail"),
+    "drops a sample": ("task_encoder", "DropsLastTaskEncoder", {}, "batch/rows", "fail"),
+    "bare torch.stack error": (
+        "task_encoder",
+        "BareStackTaskEncoder",
+        {},
+        "batch/error_names_samples",
+        "advice",
+    ),
+    "pads mismatched shapes silently": (
+        "task_encoder",
+        "PadsSilentlyTaskEncoder",
+        {},
+        "batch/mismatched_shapes",
+        "fail",
+    ),
+    "scales zero-copy latents in place": (
+        "task_encoder",
+        "InPlaceEncodeTaskEncoder",
+        {},
+        "batch/inputs_unchanged",
+        "advice",
+    ),
+    "normalizes samples in place in batch()": (
+        "task_encoder",
+        "InPlaceBatchTaskEncoder",
+        {},
+        "batch/inputs_unchanged",
+        "advice",
+    ),
+    "unseeded augmentation": (
+        "task_encoder",
+        "UnseededAugmentationTaskEncoder",
+        {},
+        "resume/checkpoint",
+        "fail",
+    ),
 }
+
+
+@stateless
+def cook_fails_on_bfloat16(sample: dict) -> DiffusionSample:
+    """Works on the float32 data it was written for; raises on bfloat16 latents (loses those samples)."""
+    good = _good(sample)
+    if good.latents.dtype == torch.bfloat16:
+        raise NotImplementedError("bfloat16 latents are not supported")
+    return good

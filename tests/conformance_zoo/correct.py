@@ -165,6 +165,40 @@ def _as_sample(sample: dict[str, Any]) -> Latents:
     )
 
 
+def _plain_tensor(value: Any) -> torch.Tensor:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected tensor bytes, got {type(value).__name__}")
+    tensor = torch.load(io.BytesIO(bytes(value)), map_location="cpu", weights_only=True)
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    return tensor
+
+
+@stateless
+def cook_plain_errors(sample: dict) -> dict[str, Any]:
+    """Ordinary third-party style: plain KeyError/TypeError/UnicodeDecodeError that do not repeat the
+    sample key (Energon's handler logs key and shard for every exception)."""
+    caption = sample.get("caption.txt", b"")
+    return {
+        **basic_sample_keys(sample),
+        **{field: _plain_tensor(sample[member]) for field, member in MEMBERS.items()},
+        "caption": bytes(caption).decode("utf-8"),
+    }
+
+
+class PlainStackTaskEncoder(DefaultTaskEncoder):
+    """The guide's style: a bare torch.stack into a dict without __key__ or __restore_key__."""
+
+    decoder = None
+    cookers = [Cooker(cook_plain_errors, has_subflavors={"encoding": "preencoded"})]
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            **{field: torch.stack([s[field] for s in samples]) for field in MEMBERS},
+            "caption": [s["caption"] for s in samples],
+        }
+
+
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
     "dict-output cooker": (
@@ -180,4 +214,14 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
     ),
     "bound-method TaskEncoder": ("task_encoder", "tests.conformance_zoo.correct:BoundMethodTaskEncoder", {}),
     "safe-decoder TaskEncoder": ("task_encoder", "tests.conformance_zoo.correct:SafeDecoderTaskEncoder", {}),
+    "plain-errors cooker": (
+        "cooker",
+        "tests.conformance_zoo.correct:cook_plain_errors",
+        {"encoding": "preencoded"},
+    ),
+    "bare-stack dict-batch TaskEncoder": (
+        "task_encoder",
+        "tests.conformance_zoo.correct:PlainStackTaskEncoder",
+        {},
+    ),
 }
