@@ -105,4 +105,6 @@ class CheckContext:
             extra += f" --conformance-input-form {self.target.input_form}"
         if self.min_samples_per_s is not None:
             extra += f" --conformance-min-samples-per-s {self.min_samples_per_s:g}"
-        return f"pytest {flag} {self.target.spec}{extra} -k {property_id.partition('/')[0]}"
+        return (
+            f"pytest {flag} {self.target.spec}{extra} --conformance-property {property_id.partition('/')[0]}"
+        )

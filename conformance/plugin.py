@@ -108,6 +108,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--conformance-seed", default=0, type=int, metavar="N", help="seed for data and loaders (default 0)"
     )
     group.addoption(
+        "--conformance-property",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run only this property (repeatable; e.g. bad_input); unlike -k it never matches target names",
+    )
+    group.addoption(
         "--conformance-strict",
         action="store_true",
         default=False,
@@ -194,6 +201,14 @@ def _check_usage(config: pytest.Config) -> None:
             problems.append(
                 f"--conformance-dataset {dataset}: not a prepared dataset (no .nv-meta/dataset.yaml) and not a "
                 "metadataset .yaml; prepare it with `primus-energon finalize DIR --encoding NAME`"
+            )
+    from .properties import PROPERTIES
+
+    known = [p.id for p in PROPERTIES]
+    for wanted in config.getoption("conformance_property"):
+        if wanted not in known:
+            problems.append(
+                f"--conformance-property {wanted}: no such property; use one of {', '.join(known)}"
             )
     xfails = config.getoption(option_dest("xfails-file"))
     if xfails and not Path(xfails).is_file():

@@ -44,23 +44,29 @@ def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
     )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "conformance targets: cooker tests.conformance_zoo.broken:cook_strips_caption" in run.stdout
-    assert "property 3 (Fidelity) failed" in run.stdout and "reproduce: pytest --cooker" in run.stdout
+    assert (
+        "property 3 (Fidelity): 1 claim failed" in run.stdout and "reproduce: pytest --cooker" in run.stdout
+    )
+    assert "[data] fidelity/text:" in run.stdout
     document = json.loads((report / "report.json").read_text())
-    assert document["schema"] == "primus-energon/conformance-report/v1"
+    assert document["schema"] == "primus-energon/conformance-report/v2"
     assert document["profile"] == "quick" and document["seed"] == 0 and document["exitstatus"] == 1
     assert document["versions"]["megatron-energon"] and document["platform"]["machine"]
     verdicts = {r["property"]: r["verdict"] for r in document["results"]}
     assert verdicts == {"keys": "pass", "fidelity": "fail"}
-    assert "fidelity" in (report / "report.md").read_text()
+    claims = {c["id"]: c["verdict"] for r in document["results"] for c in r["claims"]}
+    assert claims["fidelity/text"] == "fail" and claims["fidelity/tensors"] == "pass"
+    assert claims["keys/key"] == "pass" and claims["fidelity/images"] == "skip"
+    assert [f["claim"] for f in document["failures"]] == ["fidelity/text"]
+    assert document["failures"][0]["fix"] and document["advice"] == []
+    assert "fidelity/text" in (report / "report.md").read_text()
     junit = (report / "junit.xml").read_text()
-    assert "test_fidelity" in junit and "conformance_result" in junit
+    assert "test_property" in junit and "conformance_result" in junit
 
 
 def test_xfails_file_turns_the_failure_into_xfail_and_warns_on_unmatched_ids(tmp_path: Path) -> None:
     xfails = tmp_path / "xfails.txt"
-    xfails.write_text(
-        "# known problems\ntest_fidelity  # strips captions on purpose\ntest_no_such_property\n"
-    )
+    xfails.write_text("# known problems\nfidelity]  # strips captions on purpose\ntest_no_such_property\n")
     run = _pytest(
         tmp_path,
         "--cooker",
@@ -100,10 +106,87 @@ def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None
     assert "1 passed" in run.stdout and "conformance targets" not in run.stdout
 
 
-def test_a_target_that_is_not_importable_is_a_clear_error(tmp_path: Path) -> None:
-    run = _pytest(tmp_path, "--cooker", "no_such_module:cook", "--conformance-profile", "quick", "-k", "keys")
-    assert run.returncode != 0
-    assert "cannot import module 'no_such_module'" in run.stdout + run.stderr
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--cooker", "no_such_module:cook"],
+            "--cooker no_such_module:cook: cannot import module 'no_such_module'",
+        ),
+        (["--cooker", "primus_energon:no_such_cook"], "has no attribute 'no_such_cook'"),
+        (
+            ["--cooker", "primus_energon:EncodedDiffusionTaskEncoder"],
+            "is a TaskEncoder class, not an Energon Cooker or a cook function; check it with --task-encoder "
+            "primus_energon:EncodedDiffusionTaskEncoder",
+        ),
+        (
+            ["--task-encoder", "primus_energon:PREENCODED_COOKER"],
+            "is a Cooker, not a TaskEncoder class or instance; check it with --cooker primus_energon:PREENCODED_COOKER",
+        ),
+        (
+            ["--cooker", "primus_energon:PREENCODED_COOKER", "--conformance-schema", "/nonexistent.yaml"],
+            "--conformance-schema /nonexistent.yaml",
+        ),
+        (
+            ["--cooker", "primus_energon:PREENCODED_COOKER", "--conformance-dataset", "/nonexistent"],
+            "not a prepared dataset",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, args: list[str], expected: str) -> None:
+    """A typo is a usage error: one line, pytest's status 4, and nothing per property."""
+    run = _pytest(tmp_path, *args, "--conformance-profile", "quick")
+    output = run.stdout + run.stderr
+    assert run.returncode == 4, output[-3000:]
+    assert expected in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, output[-3000:]
+    assert "test_property" not in output and "Traceback" not in output and len(output.splitlines()) < 6
+
+
+def test_advice_is_reported_not_failed_unless_strict(tmp_path: Path) -> None:
+    """A correct cooker whose errors do not name the sample passes with advice in the summary and the
+    report; --conformance-strict turns the advice into a failure."""
+    report = tmp_path / "report"
+    args = [
+        "--cooker",
+        "tests.conformance_zoo.broken:cook_error_without_key",
+        "--conformance-encoding",
+        "preencoded",
+    ]
+    args += ["--conformance-profile", "quick", "--conformance-property", "bad_input"]
+    run = _pytest(tmp_path, *args, f"--conformance-report={report}")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "advice (reported, not failures)" in run.stdout
+    assert "bad_input/names_sample" in run.stdout and "fix: put the sample's __key__" in run.stdout
+    document = json.loads((report / "report.json").read_text())
+    assert [a["claim"] for a in document["advice"]] == ["bad_input/names_sample"]
+    assert document["advice"][0]["fix"] and document["failures"] == [] and document["strict"] is False
+    assert "Advice (reported, not failures)" in (report / "report.md").read_text()
+    strict = _pytest(tmp_path, *args, "--conformance-strict")
+    assert strict.returncode == 1, strict.stdout[-3000:]
+    assert "[advice] bad_input/names_sample" in strict.stdout
+
+
+def test_an_xfails_file_can_name_one_claim(tmp_path: Path) -> None:
+    """Listing one claim turns only that claim's failure into xfail: another failing claim of the same
+    property still fails the run."""
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("bad_input/missing_member  # zeros on purpose, tracked in our tracker\n")
+    args = ["--cooker", "tests.conformance_zoo.broken:cook_zeros_on_bad_input", "--conformance-encoding"]
+    args += ["preencoded", "--conformance-profile", "quick", "--conformance-property", "bad_input"]
+    args += [f"--xfails-file={xfails}"]
+    run = _pytest(tmp_path, *args)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert (
+        "bad_input/corrupt_payload" in run.stdout and "[bad input] bad_input/missing_member" not in run.stdout
+    )
+    xfails.write_text(
+        "bad_input/missing_member\nbad_input/corrupt_payload\nbad_input/wrong_type\nbad_input/not_utf8\n"
+    )
+    run = _pytest(tmp_path, *args, "-rxX")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "1 xfailed" in run.stdout
 
 
 def test_a_project_that_uses_the_short_option_names_keeps_them(tmp_path: Path) -> None:
@@ -135,4 +218,4 @@ def test_a_project_that_uses_the_short_option_names_keeps_them(tmp_path: Path) -
         "fidelity",
     )
     assert suite.returncode == 1, suite.stdout[-3000:] + suite.stderr[-3000:]
-    assert "property 3 (Fidelity) failed" in suite.stdout
+    assert "property 3 (Fidelity): 1 claim failed" in suite.stdout

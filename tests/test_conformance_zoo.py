@@ -55,7 +55,7 @@ def test_broken_target_is_reported_on_its_claim(name: str, tmp_path: Path) -> No
     assert claim.message and claim.fix
     if verdict == "fail":
         assert result.verdict == "fail" and claim_id in result.message
-        assert result.reproduce.startswith("pytest ") and f"-k {prop}" in result.reproduce
+        assert result.reproduce.startswith("pytest ") and f"--conformance-property {prop}" in result.reproduce
     else:  # advice never fails the property
         assert result.verdict in ("pass", "skip"), (
             f"{name}: advice made {prop} {result.verdict}: {result.message}"

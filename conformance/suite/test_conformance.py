@@ -27,7 +27,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         indirect=True,
         scope="session",
     )
-    metafunc.parametrize("property_id", [p.id for p in PROPERTIES], ids=[p.id for p in PROPERTIES])
+    wanted = config.getoption("conformance_property")
+    ids = [p.id for p in PROPERTIES if not wanted or p.id in wanted]
+    metafunc.parametrize("property_id", ids, ids=ids)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,62 @@
+"""No process outlives its check: a target that hangs inside a torch.distributed rank is reported, and the
+torchrun agent and both rank processes (which torchrun starts in sessions of their own) are ended."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance import check_task_encoder
+from conformance.runner import CHILD_TAG_VARIABLE, child_env, runner_command, start, stop, tagged_processes
+
+pytestmark = pytest.mark.slow
+
+
+def _processes(needle: str) -> list[str]:
+    """Command lines of live processes (not this one) that contain ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                state = (entry / "stat").read_text().split(") ", 1)[1][:1]
+            except (OSError, IndexError):
+                continue
+            if needle in cmdline and state != "Z":
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Path) -> None:
+    spec = "tests.conformance_zoo.pathological:HangsInARankTaskEncoder"
+    (result,) = check_task_encoder(
+        spec, properties=["sharding"], profile="quick", workdir=tmp_path, timeout_s=45
+    )
+    assert result.claim("sharding/in_process").verdict == "pass", result.claim("sharding/in_process").message
+    distributed = result.claim("sharding/distributed")
+    assert distributed.verdict == "fail", distributed.message
+    assert "did not finish within 45 s" in distributed.message
+    deadline = time.monotonic() + 5
+    while _processes("HangsInARankTaskEncoder") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _processes("HangsInARankTaskEncoder")
+
+
+def test_stop_ends_processes_that_left_the_session(tmp_path: Path) -> None:
+    """A grandchild in a session of its own (as torchrun starts its ranks) is found by the inherited tag."""
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = start(["python3", "-c", script], env=child_env())
+    deadline = time.monotonic() + 20
+    while len(tagged_processes(child.tag)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(tagged_processes(child.tag)) == 2
+    stop(child)
+    assert tagged_processes(child.tag) == []
+    assert CHILD_TAG_VARIABLE == "PRIMUS_CONFORMANCE_CHILD" and runner_command("probe", [])[-1] == "probe"
