@@ -10,15 +10,23 @@ From Python::
     from conformance import check_cooker
     results = check_cooker("mypkg.cookers:cook_x", profile="quick")
     assert all(r.ok for r in results), [r for r in results if not r.ok]
+    advice = [c for r in results for c in r.advice]   # reported, never a failure
+
+Each property is a list of claims (``results[i].claims``); a claim is a defect claim (its failure fails
+the property) or advice (see :mod:`conformance.claims`).
 """
 
 from .api import check_cooker, check_task_encoder
+from .claims import Claim, ClaimResult, Harm
 from .profiles import PROFILES, Profile
 from .properties import PROPERTIES, Property
 from .results import PropertyFailure, PropertyResult, PropertySkipped
 from .target import Target, resolve_target
 
 __all__ = [
+    "Claim",
+    "ClaimResult",
+    "Harm",
     "check_cooker",
     "check_task_encoder",
     "PROPERTIES",

@@ -63,7 +63,8 @@ def run_property(
         # Every property consults the accepted verdict (see _blocker): run it once per context.
         result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
     else:
-        result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader else None)
+        applies = ctx.target.kind in prop.applies_to
+        result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)
     return result

@@ -123,6 +123,7 @@ class ClaimCheck:
 
     claim: Claim
     problems: list[str] = field(default_factory=list)
+    by_sample: dict[str, list[str]] = field(default_factory=dict)
     count: int = 0
     why_nothing: str = ""
 
@@ -130,10 +131,27 @@ class ClaimCheck:
         """Record that ``count`` more cases were examined (a claim that examined none has not passed)."""
         self.count += count
 
-    def problem(self, message: str) -> None:
-        """Record a violation and go on (the claim fails; every problem is reported)."""
-        if message not in self.problems:
+    def problem(self, message: str, *, sample: str | None = None) -> None:
+        """Record a violation and go on (the claim fails; every problem is reported). With ``sample``, the
+        same message for several samples is reported once, with the samples it was seen in."""
+        if sample is not None:
+            keys = self.by_sample.setdefault(message, [])
+            if not keys:
+                self.problems.append(message)
+            keys.append(sample)
+        elif message not in self.problems:
             self.problems.append(message)
+
+    def rendered(self) -> list[str]:
+        """The problems, each once, with the samples it was seen in."""
+        out = []
+        for message in self.problems:
+            keys = self.by_sample.get(message)
+            if keys:
+                shown = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+                message += f" (sample {shown})" if len(keys) == 1 else f" ({len(keys)} samples: {shown})"
+            out.append(message)
+        return out
 
     def nothing_because(self, reason: str) -> None:
         """Why this claim could examine nothing (said if it ends with nothing examined)."""
@@ -274,7 +292,7 @@ class ClaimRecorder:
         if verdict is None:
             if check.problems:
                 verdict = "advice" if claim.advice else "fail"
-                message = _join(check.problems)
+                message = _join(check.rendered())
                 fix = claim.fix
             elif count == 0:
                 verdict = "advice" if claim.advice else "fail"

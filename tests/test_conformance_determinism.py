@@ -1,6 +1,7 @@
-"""Property 5 (determinism across fresh processes): passes on the reference targets, fails on cookers that
-depend on hash(), the process id or an unseeded RNG and on a TaskEncoder that pins the seed, and is
-skipped for a target that a fresh process cannot rebuild."""
+"""Property 5 (determinism across fresh processes): passes on the reference targets; determinism/
+fresh_processes fails on cookers that depend on hash(), the process id or an unseeded RNG,
+determinism/seed on a TaskEncoder that pins the seed, each without the other; the property is skipped for
+a target that a fresh process cannot rebuild, and a child that does not finish fails with its command."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("determinism")
 
 
-def _determinism(kind: str, target: object, workdir: Path) -> PropertyResult:
+def _determinism(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
     check = check_cooker if kind == "cooker" else check_task_encoder
-    (result,) = check(target, properties=["determinism"], profile="quick", workdir=workdir)
+    (result,) = check(target, properties=["determinism"], profile="quick", workdir=workdir, **options)
     return result
 
 
@@ -40,26 +41,46 @@ def _determinism(kind: str, target: object, workdir: Path) -> PropertyResult:
 def test_reference_targets_pass(kind: str, spec: str, workdir: Path) -> None:
     result = _determinism(kind, spec, workdir)
     assert result.verdict == "pass", result.message
+    assert result.verdicts() == {"determinism/fresh_processes": "pass", "determinism/seed": "pass"}
+    datasets = result.details["datasets"]
+    assert datasets == (2 if "MultiFormat" in spec else 1)
+    # Every batch of every worker count of every dataset was compared, for each claim.
+    for claim_id in ("determinism/fresh_processes", "determinism/seed"):
+        assert result.claim(claim_id).examined == datasets * 3 * 6, claim_id
     assert result.details["workers"] == [0, 1, 2]
+    assert set(result.details["child_seconds"]) == {"a", "b"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attr", ["HASH_NOISE_COOKER", "PID_NOISE_COOKER", "UNSEEDED_JITTER_COOKER"])
 def test_process_dependent_cookers_fail(attr: str, workdir: Path) -> None:
     result = _determinism("cooker", f"{ZOO}:{attr}", workdir)
-    assert result.verdict == "fail", result.message
-    assert "two fresh processes with seed 0 (PYTHONHASHSEED=1 and 2), num_workers=0" in result.message
-    assert "expected identical batches, observed batch 0 of 6 differs" in result.message
-    assert "latents: tensor bytes differ" in result.message
-    assert result.reproduce.endswith("-k determinism") and attr in result.reproduce
+    claim = result.claim("determinism/fresh_processes")
+    assert claim.verdict == "fail", f"{claim.verdict}: {claim.message}"
+    assert "two fresh processes with seed 0 (PYTHONHASHSEED=1 and 2), num_workers=0" in claim.message
+    assert "expected identical batches, observed batch 0 of 6 differs" in claim.message
+    assert "latents: tensor bytes differ" in claim.message
+    assert "hash()" in claim.fix and "restore_seeds=True" in claim.fix
+    # The values differ, the order still follows the seed.
+    assert result.claim("determinism/seed").verdict == "pass", result.claim("determinism/seed").message
+    assert result.verdict == "fail" and "] determinism/fresh_processes: " in result.message
+    assert "] determinism/seed: " not in result.message
+    assert result.reproduce.endswith("--conformance-property determinism") and attr in result.reproduce
 
 
 @pytest.mark.slow
 def test_pinned_seed_fails(workdir: Path) -> None:
     result = _determinism("task_encoder", f"{ZOO}:PinnedSeedTaskEncoder", workdir)
-    assert result.verdict == "fail", result.message
-    assert "seed has no effect on the order for num_workers=0" in result.message
-    assert "seeds 0 and 1 delivered the same samples in the same order" in result.message
+    claim = result.claim("determinism/seed")
+    assert claim.verdict == "fail", f"{claim.verdict}: {claim.message}"
+    assert "seed has no effect on the order for num_workers=0" in claim.message
+    assert "seeds 0 and 1 delivered the same samples in the same order" in claim.message
+    assert "num_workers=2" in claim.message  # every worker count is reported, not only the first
+    # Pinned, it is still the same in two fresh processes.
+    fresh = result.claim("determinism/fresh_processes")
+    assert fresh.verdict == "pass", fresh.message
+    assert result.verdict == "fail" and "] determinism/seed: " in result.message
+    assert "] determinism/fresh_processes: " not in result.message
 
 
 def test_target_a_fresh_process_cannot_import_is_skipped(workdir: Path) -> None:
@@ -67,6 +88,22 @@ def test_target_a_fresh_process_cannot_import_is_skipped(workdir: Path) -> None:
     result = _determinism("cooker", Cooker(cook, has_subflavors={"encoding": "preencoded"}), workdir)
     assert result.verdict == "skip", result.message
     assert "cannot be rebuilt in a fresh process" in result.message and "not importable" in result.message
+    for claim in result.claims:
+        assert claim.verdict == "skip" and "not importable" in claim.message, claim
+
+
+@pytest.mark.slow
+def test_a_child_that_does_not_finish_fails_naming_its_command(workdir: Path) -> None:
+    """A one-second limit on the two children (each needs several seconds to import torch and Energon):
+    fresh_processes fails with the command, and seed, which needs their output, is skipped saying why."""
+    result = _determinism("cooker", "primus_energon:PREENCODED_COOKER", workdir, timeout_s=1)
+    claim = result.claim("determinism/fresh_processes")
+    assert claim.verdict == "fail", f"{claim.verdict}: {claim.message}"
+    assert "the determinism child process (a) did not finish within 1 s (killed)" in claim.message
+    assert "PYTHONHASHSEED=1 " in claim.message and "conformance.runner determinism" in claim.message
+    seed = result.claim("determinism/seed")
+    assert seed.verdict == "skip" and "child processes did not finish" in seed.message, seed
+    assert result.verdict == "fail"
 
 
 def test_runner_helpers() -> None:

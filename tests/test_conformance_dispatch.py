@@ -1,6 +1,7 @@
 """Property 7 (subflavor dispatch): passes on MultiFormatTaskEncoder and on overlapping cookers in the
-right order; fails on a shadowed cooker, on last-match dispatch, on a silent fallback and on an unclear
-no-match error; is skipped for a single cooker."""
+right order; dispatch/first_match fails on last-match dispatch, dispatch/no_match on a silent fallback
+and on an unclear no-match error, and dispatch/shadowed gives advice (never a failure) on a shadowed
+cooker; the property is skipped for a single cooker and for cooker targets."""
 
 from __future__ import annotations
 
@@ -28,56 +29,93 @@ def _dispatch(target: object, workdir: Path) -> PropertyResult:
     return result
 
 
+def _failed(result: PropertyResult, claim_id: str, passed: str) -> str:
+    """``claim_id`` failed, ``passed`` passed, and the property failed naming only the former; returns
+    the failed claim's message."""
+    claim = result.claim(claim_id)
+    assert claim.verdict == "fail", f"{claim_id}: {claim.verdict}: {claim.message}\n{result.verdicts()}"
+    assert claim.examined > 0 and claim.fix
+    other = result.claim(passed)
+    assert other.verdict == "pass", f"{passed}: {other.verdict}: {other.message}"
+    assert result.claim("dispatch/shadowed").verdict == "pass"
+    assert result.verdict == "fail" and f"] {claim_id}: " in result.message, result.message
+    assert f"] {passed}: " not in result.message
+    assert result.reproduce.endswith("--conformance-property dispatch")
+    return claim.message
+
+
 @pytest.mark.parametrize("spec", ["primus_energon:MultiFormatTaskEncoder", f"{ZOO}:SpecificFirstTaskEncoder"])
 def test_first_match_dispatch_passes(spec: str, workdir: Path) -> None:
     result = _dispatch(spec, workdir)
     assert result.verdict == "pass", result.message
+    assert result.verdicts() == dict.fromkeys(
+        ("dispatch/first_match", "dispatch/no_match", "dispatch/shadowed"), "pass"
+    )
     assert result.details["dispatched"] > 0 and result.details["no_match_errors"] > 0
+    assert result.claim("dispatch/first_match").examined == result.details["dispatched"]
+    assert result.claim("dispatch/no_match").examined == result.details["no_match_errors"]
+    assert result.claim("dispatch/shadowed").examined == 2
 
 
 def test_an_instance_target_keeps_its_cookers(workdir: Path) -> None:
     task_encoder = MultiFormatTaskEncoder()
     task_encoder.cookers = list(task_encoder.cookers)
     before = list(task_encoder.cookers)
-    assert _dispatch(task_encoder, workdir).verdict == "pass"
+    result = _dispatch(task_encoder, workdir)
+    assert result.verdict == "pass", result.message
+    assert set(result.verdicts().values()) == {"pass"}
     assert task_encoder.cookers == before
 
 
-def test_shadowed_cooker_fails(workdir: Path) -> None:
+def test_shadowed_cooker_is_advice(workdir: Path) -> None:
     result = _dispatch(f"{ZOO}:ShadowedCookerTaskEncoder", workdir)
-    assert result.verdict == "fail"
-    assert result.message.startswith(
+    claim = result.claim("dispatch/shadowed")
+    assert claim.verdict == "advice", f"{claim.verdict}: {claim.message}"
+    assert claim.message.startswith(
         "cooker 1 (cook_preencoded_diffusion, has_subflavors={'encoding': 'preencoded'}) can never be "
         "chosen: cooker 0 (cook_preencoded_diffusion, has_subflavors=None) comes first"
     )
-    assert result.reproduce.endswith("-k dispatch")
+    assert "more specific cooker first" in claim.fix and result.advice == [claim]
+    # The catch-all is what Energon runs everywhere, so dispatch itself is right; nothing is unmatched.
+    assert result.claim("dispatch/first_match").verdict == "pass"
+    no_match = result.claim("dispatch/no_match")
+    assert no_match.verdict == "skip" and "some cooker matches every dataset" in no_match.message
+    assert result.verdict == "pass" and result.message == "" and result.reproduce == ""
 
 
 def test_last_match_dispatch_fails(workdir: Path) -> None:
     result = _dispatch(f"{ZOO}:LastMatchTaskEncoder", workdir)
-    assert result.verdict == "fail"
-    assert "override {'encoding': 'preencoded', 'quality': 'high'}" in result.message
-    assert "cooker 1 (cook_preencoded_diffusion" in result.message
-    assert "expected cooker 0 (cook_high_quality" in result.message
+    message = _failed(result, "dispatch/first_match", passed="dispatch/no_match")
+    assert "override {'encoding': 'preencoded', 'quality': 'high'}" in message
+    assert "cooker 1 (cook_preencoded_diffusion" in message
+    assert "expected cooker 0 (cook_high_quality" in message
 
 
 def test_silent_fallback_fails(workdir: Path) -> None:
     result = _dispatch(f"{ZOO}:FallbackTaskEncoder", workdir)
-    assert result.verdict == "fail"
-    assert "no cooker matches, yet the loader was built without an error" in result.message
-    assert "'encoding': 'conformance-unseen'" in result.message
+    message = _failed(result, "dispatch/no_match", passed="dispatch/first_match")
+    assert "no cooker matches, yet the loader was built without an error" in message
+    assert "; cooker 0 (cook_preencoded_diffusion_zero_copy, " in message  # the one that ran
+    assert "'encoding': 'conformance-unseen'" in message
 
 
 def test_unclear_no_match_error_fails(workdir: Path) -> None:
     result = _dispatch(f"{ZOO}:UnclearErrorTaskEncoder", workdir)
-    assert result.verdict == "fail"
-    assert "unclear error (RuntimeError: bad dataset)" in result.message
+    message = _failed(result, "dispatch/no_match", passed="dispatch/first_match")
+    unclear = "no cooker matches, and building the loader raised an unclear error (RuntimeError: bad dataset)"
+    assert unclear in message, message
+    assert "built without an error" not in message
 
 
 def test_single_cooker_and_cooker_targets_are_skipped(workdir: Path) -> None:
-    assert _dispatch("primus_energon:EncodedDiffusionTaskEncoder", workdir).verdict == "skip"
+    single = _dispatch("primus_energon:EncodedDiffusionTaskEncoder", workdir)
+    assert single.verdict == "skip", single.message
+    assert set(single.verdicts().values()) == {"skip"}
+    assert "has 1 cooker(s); dispatch applies to TaskEncoders with several" in single.message
     (result,) = check_cooker("primus_energon:PREENCODED_COOKER", properties=["dispatch"], workdir=workdir)
-    assert result.verdict == "skip"
+    assert result.verdict == "skip", result.message
+    assert set(result.verdicts().values()) == {"skip"}
+    assert "applies to task encoder targets" in result.message
 
 
 def test_shadowing_rule() -> None:

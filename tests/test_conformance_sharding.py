@@ -1,6 +1,8 @@
 """Property 9 (distributed sharding): passes on the reference targets (in-process ranks and a real
-two-rank torch.distributed run), fails with the missing or repeated keys named on targets that shard on
-top of Energon or make every rank read everything, and reports a hung or crashed child with its command."""
+two-rank torch.distributed run); sharding/in_process and sharding/distributed fail with the missing or
+repeated keys named on targets that shard on top of Energon or make every rank read everything, and
+sharding/distributed alone on a target that shards by the torch.distributed rank; a hung or crashed child
+is a failure naming its command."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import pytest
 from megatron.energon import Cooker, stateless
 
 from conformance import check_cooker, check_task_encoder
+from conformance.api import make_context
+from conformance.properties.sharding import _verify
 from conformance.results import PropertyFailure, PropertyResult
 from conformance.runner import child_env, finish, start
+from conformance.target import resolve_target
 from primus_energon import cook_preencoded_diffusion
 
 ZOO = "tests.conformance_zoo.sharding_broken"
@@ -24,10 +29,20 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("sharding")
 
 
-def _sharding(kind: str, target: object, workdir: Path) -> PropertyResult:
+def _sharding(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
     check = check_cooker if kind == "cooker" else check_task_encoder
-    (result,) = check(target, properties=["sharding"], profile="quick", workdir=workdir)
+    (result,) = check(target, properties=["sharding"], profile="quick", workdir=workdir, **options)
     return result
+
+
+def _failed(result: PropertyResult, claim_id: str) -> str:
+    """``claim_id`` failed and the property with it, naming it; returns the claim's message."""
+    claim = result.claim(claim_id)
+    assert claim.verdict == "fail", f"{claim_id}: {claim.verdict}: {claim.message}\n{result.verdicts()}"
+    assert claim.examined > 0 and claim.fix
+    assert result.verdict == "fail" and f"] {claim_id}: " in result.message, result.message
+    assert result.reproduce.endswith("--conformance-property sharding")
+    return claim.message
 
 
 @pytest.mark.slow
@@ -41,6 +56,11 @@ def _sharding(kind: str, target: object, workdir: Path) -> PropertyResult:
 def test_conformant_targets_pass(kind: str, spec: str, workdir: Path) -> None:
     result = _sharding(kind, spec, workdir)
     assert result.verdict == "pass", result.message
+    assert result.verdicts() == {"sharding/in_process": "pass", "sharding/distributed": "pass"}
+    # Every sample of each in-process run (2 of world size 2, 1 of 4) of each format, and of the real run.
+    formats = 2 if "MultiFormat" in spec else 1
+    assert result.claim("sharding/in_process").examined == 3 * 46 * formats
+    assert result.claim("sharding/distributed").examined == 46 * formats
     runs = result.details["runs"]
     assert {"ws=2 nw=0", "ws=2 nw=2", "ws=4 nw=0"} == {run.rsplit(" keys", 1)[0] for run in runs}
     source = "cooker" if "Keyless" in spec else "batch"
@@ -50,41 +70,72 @@ def test_conformant_targets_pass(kind: str, spec: str, workdir: Path) -> None:
 
 def test_manual_sharding_on_top_reports_missing_keys(workdir: Path) -> None:
     result = _sharding("cooker", f"{ZOO}:DOUBLE_SHARDED_COOKER", workdir)
-    assert result.verdict == "fail", result.message
-    assert result.message.startswith("world size 2, num_workers=0, one epoch (repeat=False)")
-    assert "expected each of the 46 samples exactly once across ranks" in result.message
-    assert "keys on no rank [sharding_0000" in result.message and "keys from the batches" in result.message
-    assert result.reproduce.endswith("-k sharding")
+    message = _failed(result, "sharding/in_process")
+    lines = message.splitlines()
+    assert lines[0].startswith("- world size 2, num_workers=0, one epoch (repeat=False)"), message
+    assert lines[1].startswith("- world size 2, num_workers=2, ") and lines[2].startswith("- world size 4, ")
+    assert "expected each of the 46 samples exactly once across ranks" in message
+    assert "keys on no rank [sharding_0000" in message and "keys from the batches" in message
+    # Under torch.distributed the cooker shards on top of Energon just the same.
+    assert "keys on no rank" in _failed(result, "sharding/distributed")
 
 
 def test_missing_keys_found_through_the_cookers_when_batches_have_none(workdir: Path) -> None:
     result = _sharding("task_encoder", f"{ZOO}:KeylessDoubleShardedTaskEncoder", workdir)
-    assert result.verdict == "fail", result.message
-    assert "keys on no rank" in result.message and "keys from the cookers" in result.message
+    message = _failed(result, "sharding/in_process")
+    assert "keys on no rank" in message and "keys from the cookers" in message
+    assert "keys from the batches" not in message
+    assert "keys from the cookers" in _failed(result, "sharding/distributed")
 
 
 def test_every_rank_reading_everything_reports_shared_keys(workdir: Path) -> None:
     result = _sharding("task_encoder", f"{ZOO}:IgnoresRankTaskEncoder", workdir)
-    assert result.verdict == "fail", result.message
-    assert "46 keys went to more than one rank ('sharding_000000' on ranks [0, 1]" in result.message
-    assert "samples per rank: rank 0: 46, rank 1: 46" in result.message
+    message = _failed(result, "sharding/in_process")
+    assert "46 keys went to more than one rank ('sharding_000000' on ranks [0, 1]" in message
+    assert "samples per rank: rank 0: 46, rank 1: 46" in message
+    assert "samples per rank: rank 0: 46, rank 1: 46, rank 2: 46, rank 3: 46" in message
+    assert "46 keys went to more than one rank" in _failed(result, "sharding/distributed")
 
 
 @pytest.mark.slow
 def test_sharding_by_torch_distributed_rank_fails_in_the_real_run(workdir: Path) -> None:
     result = _sharding("cooker", f"{ZOO}:TORCH_DISTRIBUTED_SHARDED_COOKER", workdir)
-    assert result.verdict == "fail", result.message
-    assert result.message.startswith("torch.distributed (gloo, 2 processes started by torch.distributed.run)")
-    assert "keys on no rank" in result.message
+    message = _failed(result, "sharding/distributed")
+    assert message.startswith("torch.distributed (gloo, 2 processes started by torch.distributed.run)")
+    assert "keys on no rank" in message and "(samples per rank: rank 0: " in message
+    # In one process there is no torch.distributed rank to shard by: in-process sharding is right.
+    in_process = result.claim("sharding/in_process")
+    assert in_process.verdict == "pass" and in_process.examined == 3 * 46, in_process.message
+    assert "] sharding/in_process: " not in result.message
 
 
-def test_target_a_fresh_process_cannot_import_is_checked_in_process_then_skipped(workdir: Path) -> None:
+def test_target_a_fresh_process_cannot_import_is_checked_in_process_only(workdir: Path) -> None:
     cook = stateless(lambda sample: cook_preencoded_diffusion(sample))
     result = _sharding("cooker", Cooker(cook, has_subflavors={"encoding": "preencoded"}), workdir)
-    assert result.verdict == "skip", result.message
-    assert result.message.startswith("in-process sharding passed (ws=2 nw=0 keys from batch;")
-    assert "the torch.distributed run was not: cooker" in result.message
-    assert "cannot be rebuilt in a fresh process" in result.message and "not importable" in result.message
+    assert result.verdict == "pass", result.message
+    in_process = result.claim("sharding/in_process")
+    assert in_process.verdict == "pass" and in_process.examined == 3 * 46, in_process.message
+    assert result.details["runs"][0] == "ws=2 nw=0 keys from batch"
+    distributed = result.claim("sharding/distributed")
+    assert distributed.verdict == "skip", distributed
+    assert distributed.message.startswith("cooker ")
+    assert "cannot be rebuilt in a fresh process" in distributed.message
+    assert "not importable" in distributed.message
+    assert "distributed_seconds" not in result.details
+
+
+def test_verify_names_missing_repeated_shared_and_unknown_keys(workdir: Path) -> None:
+    ctx = make_context(resolve_target("primus_energon:PREENCODED_COOKER"), workdir=workdir)
+    expected = ["k0", "k1", "k2", "k3"]
+    assert _verify(ctx, "here", {0: ["k0", "k2"], 1: ["k1", "k3"]}, expected, "batch") is None
+    message = _verify(ctx, "here", {0: ["k0", "k0", "k1"], 1: ["k1", "x9"]}, expected, "cooker")
+    assert message is not None and message.startswith(
+        "here: expected each of the 4 samples exactly once across ranks, observed "
+    )
+    assert "rank 0 got 1 keys more than once ('k0' x2)" in message
+    assert "1 keys went to more than one rank ('k1' on ranks [0, 1])" in message
+    assert "2 keys on no rank [k2, k3]" in message and "1 keys not in the dataset [x9]" in message
+    assert "(samples per rank: rank 0: 3, rank 1: 2; keys from the cookers)" in message
 
 
 def test_child_timeout_and_crash_are_failures_naming_the_command() -> None:

@@ -1,6 +1,6 @@
-"""Property 12 (throughput): reports cook time, loader samples/s and MB/s and a raw read of the same
-shards for every encoding the target cooks; fails only below ``min_samples_per_s``, with both numbers.
-Nothing here asserts on how fast anything is."""
+"""Property 12 (throughput): throughput/rate reports cook time, loader samples/s and MB/s and a raw read
+of the same shards for every encoding the target cooks; it fails only below ``min_samples_per_s``, with
+both numbers. Nothing here asserts on how fast anything is."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def test_reference_targets_report_positive_numbers(
 ) -> None:
     result = _throughput(kind, spec, workdir)
     assert result.verdict == "pass", result.message
+    assert result.verdicts() == {"throughput/rate": "pass"}
+    assert result.claim("throughput/rate").examined == 64 * len(encodings)
     measured = result.details["measurements"]
     assert [m["encoding"] for m in measured] == encodings
     for m in measured:
@@ -59,14 +61,22 @@ def test_reference_targets_report_positive_numbers(
 
 def test_below_min_samples_per_s_fails_naming_the_rate(workdir: Path) -> None:
     result = _throughput("cooker", "primus_energon:PREENCODED_COOKER", workdir, min_samples_per_s=1e9)
-    assert result.verdict == "fail"
-    match = re.search(r"loader throughput on preencoded data is ([0-9.]+) samples/s", result.message)
-    assert match and float(match.group(1)) > 0, result.message
-    assert "below --min-samples-per-s 1e+09" in result.message and "raw read" in result.message
-    assert result.reproduce.endswith("-k throughput --conformance-min-samples-per-s 1e+09")
+    claim = result.claim("throughput/rate")
+    assert claim.verdict == "fail", f"{claim.verdict}: {claim.message}"
+    assert claim.examined == 64 and "profile the cooker" in claim.fix
+    match = re.search(r"loader throughput on preencoded data is ([0-9.]+) samples/s", claim.message)
+    assert match and float(match.group(1)) > 0, claim.message
+    assert float(match.group(1)) == result.details["loader_samples_per_s"]
+    assert "(steady state, after the first batch)" in claim.message
+    assert "below --min-samples-per-s 1e+09" in claim.message and "raw read" in claim.message
+    assert result.verdict == "fail" and result.message.startswith("[performance] throughput/rate: ")
+    assert result.details["min_samples_per_s"] == 1e9  # the numbers are reported even when it fails
+    assert "--conformance-min-samples-per-s 1e+09" in result.reproduce, result.reproduce
+    assert result.reproduce.endswith("--conformance-property throughput"), result.reproduce
 
 
 def test_reachable_min_samples_per_s_passes(workdir: Path) -> None:
     result = _throughput("cooker", "primus_energon:PREENCODED_COOKER", workdir, min_samples_per_s=1e-3)
     assert result.verdict == "pass", result.message
+    assert result.verdicts() == {"throughput/rate": "pass"}
     assert result.details["min_samples_per_s"] == 1e-3

@@ -169,3 +169,20 @@ def test_a_cooker_that_fails_on_some_clean_samples_fails_fidelity_cooks(tmp_path
     assert results["accepted"].verdict == "pass", results["accepted"].message
     claim = results["fidelity"].claim("cooks")
     assert claim.verdict == "fail" and "bfloat16" in claim.message, claim.message
+
+
+@pytest.mark.slow
+def test_a_target_that_fails_mid_run_is_reported_without_errors(tmp_path: Path) -> None:
+    """accepted passes; resume and blend fail on their first claim and block the claims that need it."""
+    spec = "tests.conformance_zoo.pathological:FailsOnFourthBatchTaskEncoder"
+    results = _run("task_encoder", spec, ["accepted", "resume", "blend"], workdir=tmp_path)
+    assert results["accepted"].verdict == "pass", results["accepted"].message
+    assert results["resume"].verdicts() == {
+        "resume/checkpoint": "fail",
+        "resume/wrapper": "skip",
+        "resume/resaved": "skip",
+        "resume/restore_sample": "skip",
+    }
+    assert "out of memory (simulated)" in results["resume"].claim("checkpoint").message
+    assert results["blend"].claim("ratios").verdict == "fail"
+    assert results["blend"].claim("subflavors").verdict == "skip"

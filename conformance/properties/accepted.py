@@ -111,8 +111,8 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 if output is None or isinstance(output, (str, bytes, int, float, bool)):
                     what = "None" if output is None else f"a {type(output).__name__}, not a sample"
                     claim.problem(
-                        f"the cooker returned {what} for the clean sample {sample['__key__']!r} of {where}: "
-                        "every member of the sample is lost"
+                        f"the cooker returned {what} for clean samples of {where}: every member is lost",
+                        sample=sample["__key__"],
                     )
     return {"datasets": checked}
 

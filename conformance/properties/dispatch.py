@@ -45,7 +45,8 @@ CLAIMS = claims_of(
         "no_match",
         "a dataset no cooker matches makes building the loader fail with an error that says so",
         Harm.DATA,
-        "do not route unmatched data to a fallback cooker silently",
+        "let Energon raise 'No cooker found for subflavors' (do not route unmatched data to a fallback cooker), "
+        "and keep that error's wording if you raise your own",
     ),
     (
         "shadowed",

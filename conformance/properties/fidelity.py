@@ -90,6 +90,8 @@ def _member_problem(spec: MemberSpec, member: str, raw: Any, output: Any) -> str
             f"the output has no field for member {member!r} (fields: {field_names(output)}), so the member is "
             f"lost; name the field in the schema (`field:`) if it is not {member.split('.', 1)[0]!r}"
         )
+    if observed is None:
+        return f"field {name!r} is None: member {member!r} is lost"
     problem = compare(spec, expected_value(spec, raw), observed)
     return f"field {name!r} does not equal member {member!r}: {problem}" if problem else None
 
@@ -125,7 +127,7 @@ def _check_dataset(
                 claim.examined()
                 problem = _member_problem(spec, member, sample[member], output)
                 if problem:
-                    claim.problem(f"{where}: sample {sample['__key__']!r}: {problem}")
+                    claim.problem(f"{where}: {problem}", sample=sample["__key__"])
     return raw[0] if raw else None
 
 

@@ -254,6 +254,7 @@ def _check_restore_sample(
     )
     with closing(loader):
         for index in wanted:
+            checked += 1
             key = ref.restore_keys[index]
             keys = ref.keys[index]
             shown = f" (keys {keys})" if keys else ""
@@ -283,7 +284,6 @@ def _check_restore_sample(
                     f"(num_workers={ref.num_workers}{data}) did not rebuild batch {index}{shown}: {where}. "
                     + _HINT_REBUILD
                 )
-            checked += 1
     return checked
 
 
@@ -320,7 +320,11 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             with claims.claim("checkpoint"):
                 ref = None
                 ref = _reference(ctx, path, num_workers, set(nw_steps), max(nw_steps) + CONTINUATION)
-            if ref is None:
+            if ref is None:  # the uninterrupted run failed: nothing to compare the other routes with
+                for name in ("wrapper", "resaved", "restore_sample"):
+                    claims.not_applicable(
+                        name, "blocked by resume/checkpoint: the uninterrupted reference run failed"
+                    )
                 continue
             for step, routes in plan.items():
                 resaved = None

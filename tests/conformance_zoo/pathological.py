@@ -75,3 +75,22 @@ PATHOLOGICAL_TARGETS: dict[str, tuple[str, str, dict]] = {
     "decoder refuses every sample": ("task_encoder", "RefusingDecoderTaskEncoder", {}),
     "registers no cookers": ("task_encoder", "NoCookersTaskEncoder", {}),
 }
+
+
+class FailsOnFourthBatchTaskEncoder(DefaultTaskEncoder):
+    """Cooks and batches correctly at first, then every batch() raises (an out-of-memory in a real run):
+    accepted passes, the properties that read further must report it, never crash."""
+
+    decoder = None
+    cookers = [Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded"})]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    @stateless
+    def batch(self, samples: list) -> list:
+        self.calls += 1
+        if self.calls >= 4:
+            raise RuntimeError("out of memory (simulated)")
+        return list(samples)
