@@ -107,7 +107,7 @@ def _blocker(ctx: CheckContext) -> str | None:
     if not failed:
         return None
     first = failed[0]
-    return f"blocked by {first.id}: {first.message.splitlines()[0][:300]}"
+    return f"blocked by {first.id}: {first.message.splitlines()[0].removeprefix('- ')[:300]}"
 
 
 def _severity(claim: ClaimResult) -> tuple[int, str]:

@@ -4,6 +4,7 @@ torchrun agent and both rank processes (which torchrun starts in sessions of the
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -52,11 +53,11 @@ def test_stop_ends_processes_that_left_the_session(tmp_path: Path) -> None:
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
         "time.sleep(600)\n"
     )
-    child = start(["python3", "-c", script], env=child_env())
+    child = start([sys.executable, "-c", script], env=child_env())
     deadline = time.monotonic() + 20
     while len(tagged_processes(child.tag)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(tagged_processes(child.tag)) == 2
+    assert len(tagged_processes(child.tag)) == 2  # the child and its grandchild in another session
     stop(child)
     assert tagged_processes(child.tag) == []
     assert CHILD_TAG_VARIABLE == "PRIMUS_CONFORMANCE_CHILD" and runner_command("probe", [])[-1] == "probe"
