@@ -11,13 +11,15 @@ verdict can say which member ran, in which sample, and what ran it: the target's
 The target's full loading path (decoder, cooker, ``encode_sample``, ``batch``) reads the probe dataset in
 a fresh process (``python -m conformance.runner probe``), once in the environment as it is and once with
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which makes every ``torch.load`` that does not pass
-``weights_only=True`` itself unpickle anything (it is commonly set to load old checkpoints).
+``weights_only=True`` itself unpickle anything (it is commonly set to load old checkpoints). torch reads
+that variable at each ``torch.load`` call, so one process serves both runs, one after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pickle
 import re
@@ -40,7 +42,9 @@ __all__ = [
     "build_probe_dataset",
     "hostile_bytes",
     "load_everything",
+    "probe_all",
     "read_findings",
+    "slug",
 ]
 
 #: Members a hostile shard can add, whatever the format: each is decoded by unpickling somewhere.
@@ -238,3 +242,24 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
         except Exception as error:  # the target cannot load the probe at all: the markers still tell
             stopped = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
     return {"batches": batches, "errors": errors, "reached": batches + refused[0], "stopped": stopped}
+
+
+def slug(label: str) -> str:
+    """A file-name form of an environment label."""
+    return "".join(c if c.isalnum() else "_" for c in label)
+
+
+def probe_all(target: Any, datasets: list[str], markers: Path, out: Path | None = None) -> dict[str, dict]:
+    """Load every probe dataset through ``target`` once per environment of :data:`ENVIRONMENTS`, markers
+    going to ``markers/<dataset index>/<environment>``; returns ``{"<index>": {label: outcome}}`` and, with
+    ``out``, rewrites it there after each run (a run cut short by a timeout leaves the earlier ones)."""
+    results: dict[str, dict] = {}
+    for index, dataset in enumerate(datasets):
+        for label, variables in ENVIRONMENTS.items():
+            directory = markers / str(index) / slug(label)
+            directory.mkdir(parents=True, exist_ok=True)
+            with environment({**variables, PROBE_DIR_VARIABLE: str(directory)}):
+                results.setdefault(str(index), {})[label] = load_everything(target, dataset)
+            if out is not None:
+                out.write_text(json.dumps(results), encoding="utf-8")
+    return results

@@ -6,14 +6,15 @@ Child side (``python -m conformance.runner ...``; the target is rebuilt from its
         --dataset DIR [--dataset DIR ...] --workers 0,1,2 --batches 6 --batch-size 4 --out FILE.json
     python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m conformance.runner \\
         shard --spec M:A --kind task_encoder --dataset DIR [...] --batch-size 3 --out DIR
-    python -m conformance.runner probe --spec M:A --kind task_encoder --dataset DIR --out FILE.json
+    python -m conformance.runner probe --spec M:A --kind task_encoder --dataset DIR [...] --markers DIR \\
+        --out FILE.json
 
 ``determinism`` (``--seed`` is repeatable) writes ``{"results": {seed: {dataset: {num_workers:
 {"batches": [{"digest", "keys", "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}``;
 ``shard`` (one process per rank, under ``torch.distributed``) writes ``rank<r>.json`` with
 ``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch"|"cooker"}}``;
-``probe`` reads the code-execution probe dataset through the target (:mod:`conformance.probe`) and
-writes ``{"batches", "errors"}``.
+``probe`` reads each code-execution probe dataset through the target once per environment
+(:func:`conformance.probe.probe_all`) and writes ``{dataset index: {environment: outcome}}``.
 
 Parent side: :func:`child_target_args` (raises ``PropertySkipped`` when the target cannot be rebuilt in
 another process), :func:`child_env`, :func:`start` and :func:`finish` (time-limited, failure with the
@@ -423,10 +424,9 @@ def _shard(options: argparse.Namespace) -> None:
 
 
 def _probe(options: argparse.Namespace) -> None:
-    from .probe import load_everything
+    from .probe import probe_all
 
-    outcome = load_everything(_target(options), options.dataset[0])
-    Path(options.out).write_text(json.dumps({"pid": os.getpid(), **outcome}), encoding="utf-8")
+    probe_all(_target(options), options.dataset, Path(options.markers), Path(options.out))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -440,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.add_argument("--input-form", default="bytes", choices=["bytes", "decoded"])
         p.add_argument("--dataset", action="append", required=True, help="prepared dataset (repeatable)")
         if name == "probe":
+            p.add_argument("--markers", required=True, help="directory the hostile payloads write into")
             p.add_argument("--out", required=True)
             continue
         if name == "determinism":

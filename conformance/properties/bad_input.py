@@ -30,17 +30,9 @@ from synthetic import ImageSpec, TensorSpec, TextSpec
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook, worker_context
-from ..probe import (
-    ENVIRONMENTS,
-    EXTRA_MEMBERS,
-    PROBE_DIR_VARIABLE,
-    build_probe_dataset,
-    environment,
-    load_everything,
-    read_findings,
-)
+from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
-from ..runner import Child, child_env, child_target_args, finish, runner_command, start, stop
+from ..runner import child_env, child_target_args, finish, runner_command, start, stop
 from ._common import TimedOut, call_with_timeout, decode_like_target, error_names_sample
 
 CLAIMS = claims_of(
@@ -255,25 +247,34 @@ def _probe_dataset(ctx: CheckContext, encoding: str | None) -> tuple[Path, list[
 
 
 def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
+    probes = [_probe_dataset(ctx, encoding) for encoding in ctx.encodings()]
     runs = []
-    for encoding in ctx.encodings():
-        path, poisoned = _probe_dataset(ctx, encoding)
-        fallback = path.parent / f"{path.name}.markers"  # where a process without the probe's variable writes
-        shutil.rmtree(fallback, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix="conformance-probe-") as tmp:
-            outcomes = _run_probe(ctx, path, Path(tmp))
-            findings = [f for label in outcomes for f in read_findings(Path(tmp) / _slug(label), label)]
-        findings += read_findings(fallback, "default")
-        _report(ctx, claim, findings)
-        for label, outcome in outcomes.items():
-            if outcome.get("incomplete"):
-                claim.problem(
-                    f"the probe could not finish loading the hostile shard through {ctx.target.describe()} "
-                    f"({label} environment): {outcome['incomplete']}; code execution is not ruled out"
-                )
-            elif outcome.get("reached"):
-                claim.examined(len(poisoned))
-        runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": outcomes})
+    with tempfile.TemporaryDirectory(prefix="conformance-probe-") as tmp:
+        markers = Path(tmp) / "markers"
+        fallbacks = [
+            path.parent / f"{path.name}.markers" for path, _ in probes
+        ]  # a process without the variable
+        for fallback in fallbacks:
+            shutil.rmtree(fallback, ignore_errors=True)
+        outcomes = _run_probe(ctx, [str(path) for path, _ in probes], markers, Path(tmp) / "probe.json")
+        for index, ((path, poisoned), fallback) in enumerate(zip(probes, fallbacks, strict=True)):
+            done = outcomes.get(str(index), {})
+            findings = [
+                f for label in ENVIRONMENTS for f in read_findings(markers / str(index) / slug(label), label)
+            ]
+            _report(ctx, claim, findings + read_findings(fallback, "default"))
+            for label in ENVIRONMENTS:
+                outcome = done.get(label) or {
+                    "incomplete": outcomes.get("incomplete", "the probe did not get to it")
+                }
+                if outcome.get("incomplete"):
+                    claim.problem(
+                        f"the probe could not finish loading the hostile shard through {ctx.target.describe()} "
+                        f"({label} environment): {outcome['incomplete']}; code execution is not ruled out"
+                    )
+                elif outcome.get("reached"):
+                    claim.examined(len(poisoned))
+            runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": done})
     if not claim.count and not claim.problems:
         stopped = "; ".join(dict.fromkeys(o.get("stopped", "") for r in runs for o in r["outcomes"].values()))
         raise PropertySkipped(
@@ -283,53 +284,34 @@ def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
     return {"runs": runs}
 
 
-def _slug(label: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in label)
-
-
-def _run_probe(ctx: CheckContext, path: Path, tmp: Path) -> dict[str, dict]:
-    """One probe run per environment, in fresh processes side by side (in-process, one after the other,
-    when the target cannot be rebuilt in another process)."""
+def _run_probe(ctx: CheckContext, datasets: list[str], markers: Path, out: Path) -> dict[str, Any]:
+    """The probe runs (:func:`conformance.probe.probe_all`) in one fresh process, or in this one when the
+    target cannot be rebuilt in another; ``{"incomplete": why}`` joins what finished when it did not."""
     try:
         args = child_target_args(ctx.target)
     except PropertySkipped:
-        args = None
-    outcomes: dict[str, dict] = {}
-    if args is None:
-        for label, variables in ENVIRONMENTS.items():
-            markers = tmp / _slug(label)
-            markers.mkdir()
-            with environment({**variables, PROBE_DIR_VARIABLE: str(markers)}):
-                try:
-                    outcomes[label] = call_with_timeout(
-                        lambda: load_everything(ctx.target, path), ctx.timeout_s
-                    ) | {"process": "in-process (the target cannot be rebuilt in a fresh process)"}
-                except TimedOut:
-                    outcomes[label] = {"incomplete": f"loading hung for {ctx.timeout_s:.0f} s"}
-        return outcomes
-    children: dict[str, tuple[Child, Path]] = {}
-    try:
-        for label, variables in ENVIRONMENTS.items():
-            markers = tmp / _slug(label)
-            markers.mkdir()
-            out = tmp / f"{_slug(label)}.json"
-            command = runner_command("probe", [*args, "--dataset", str(path), "--out", str(out)])
-            env = child_env(**variables, **{PROBE_DIR_VARIABLE: str(markers)})
-            children[label] = (start(command, env=env, show_env=list(variables)), out)
-        for label, (child, out) in children.items():
-            outcomes[label] = _wait(ctx, child, out)
-    finally:
-        for child, _ in children.values():
-            stop(child)
-    return outcomes
-
-
-def _wait(ctx: CheckContext, child: Child, out: Path) -> dict:
+        try:
+            found = call_with_timeout(lambda: probe_all(ctx.target, datasets, markers, out), ctx.timeout_s)
+            return {**found, "process": "in-process (the target cannot be rebuilt in a fresh process)"}
+        except TimedOut:
+            return {**_partial(out), "incomplete": f"loading hung for {ctx.timeout_s:.0f} s"}
+    datasets_args = [arg for dataset in datasets for arg in ("--dataset", dataset)]
+    command = runner_command("probe", [*args, *datasets_args, "--markers", str(markers), "--out", str(out)])
+    child = start(command, env=child_env())
     try:
         finish(child, what="the probe process", reproduce="", timeout=ctx.timeout_s)
-    except PropertyFailure as failure:  # hung (killed) or crashed: the markers so far still count
-        return {"incomplete": failure.message}
-    return json.loads(out.read_text(encoding="utf-8"))
+    except PropertyFailure as failure:  # hung (killed) or crashed: the runs that finished still count
+        return {**_partial(out), "incomplete": failure.message}
+    finally:
+        stop(child)
+    return _partial(out)
+
+
+def _partial(out: Path) -> dict[str, Any]:
+    try:
+        return json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
