@@ -281,7 +281,7 @@ def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
             f"the target's loader stops before it reaches any sample ({stopped or 'no sample was loaded'}), so "
             "no member reached a decoder or a cooker; fix what accepted reports first"
         )
-    return {"runs": runs}
+    return {"runs": runs, "process": outcomes.get("process", "a fresh process")}
 
 
 def _run_probe(ctx: CheckContext, datasets: list[str], markers: Path, out: Path) -> dict[str, Any]:
