@@ -199,6 +199,34 @@ class PlainStackTaskEncoder(DefaultTaskEncoder):
         }
 
 
+@stateless
+def cook_tensor_images(sample: dict) -> dict[str, Any]:
+    """Expects images already decoded to float CHW tensors (webdataset's "torchrgb"): refuses anything else,
+    so it passes only when the suite feeds it through the TaskEncoder's own decoder."""
+    image = next((sample[m] for m in ("png", "jpg", "jpeg", "webp") if m in sample), None)
+    if not isinstance(image, torch.Tensor) or image.ndim != 3 or image.shape[0] != 3:
+        raise TypeError(f"expected a decoded CHW image tensor, got {type(image).__name__}")
+    text = sample["txt"]
+    if not isinstance(text, str):
+        raise TypeError(f"expected decoded text, got {type(text).__name__}")
+    return {**basic_sample_keys(sample), "images": image, "txt": text}
+
+
+class TorchRgbImagesTaskEncoder(DefaultTaskEncoder):
+    """Its own (safe) decoder turns images into tensors, not PIL images; batch() stacks them."""
+
+    decoder = SafeSampleDecoder(image_decode="torchrgb")
+    cookers = [Cooker(cook_tensor_images, has_subflavors={"encoding": "raw"})]
+
+    @stateless
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "__key__": [s["__key__"] for s in samples],
+            "images": torch.stack([s["images"] for s in samples]),
+            "txt": [s["txt"] for s in samples],
+        }
+
+
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
     "dict-output cooker": (
@@ -218,6 +246,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "cooker",
         "tests.conformance_zoo.correct:cook_plain_errors",
         {"encoding": "preencoded"},
+    ),
+    "own-decoder (torchrgb images) TaskEncoder": (
+        "task_encoder",
+        "tests.conformance_zoo.correct:TorchRgbImagesTaskEncoder",
+        {},
     ),
     "bare-stack dict-batch TaskEncoder": (
         "task_encoder",
