@@ -55,3 +55,20 @@ def crude_samples(
     """The crude sample dicts Energon hands to a cooker, in dataset order. ``decoded=True``: behind
     Energon's own default decoder, which unpickles ``.pth`` members (use on clean data only)."""
     return read_crude(dataset, decoder=SampleDecoder() if decoded else None, split_part=split_part)
+
+
+def live_processes(needle: str) -> list[str]:
+    """Command lines of live (not zombie) processes other than this one that contain ``needle``."""
+    import os
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                state = (entry / "stat").read_text().split(") ", 1)[1][:1]
+            except (OSError, IndexError):
+                continue
+            if needle in cmdline and state != "Z":
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found

@@ -3,7 +3,6 @@ torchrun agent and both rank processes (which torchrun starts in sessions of the
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,23 +11,9 @@ import pytest
 
 from conformance import check_task_encoder
 from conformance.runner import CHILD_TAG_VARIABLE, child_env, runner_command, start, stop, tagged_processes
+from tests.helpers import live_processes
 
 pytestmark = pytest.mark.slow
-
-
-def _processes(needle: str) -> list[str]:
-    """Command lines of live processes (not this one) that contain ``needle``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-                state = (entry / "stat").read_text().split(") ", 1)[1][:1]
-            except (OSError, IndexError):
-                continue
-            if needle in cmdline and state != "Z":
-                found.append(f"{entry.name}: {cmdline[:200]}")
-    return found
 
 
 def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Path) -> None:
@@ -41,9 +26,9 @@ def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Pa
     assert distributed.verdict == "fail", distributed.message
     assert "did not finish within 45 s" in distributed.message
     deadline = time.monotonic() + 5
-    while _processes("HangsInARankTaskEncoder") and time.monotonic() < deadline:
+    while live_processes("HangsInARankTaskEncoder") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _processes("HangsInARankTaskEncoder")
+    assert not live_processes("HangsInARankTaskEncoder")
 
 
 def test_stop_ends_processes_that_left_the_session(tmp_path: Path) -> None:

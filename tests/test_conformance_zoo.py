@@ -4,7 +4,6 @@ reference cooker and TaskEncoder, and never crashes on targets that cannot cook 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from conformance.properties import PROPERTIES, all_claims
 from tests.conformance_zoo.broken import BROKEN_TARGETS
 from tests.conformance_zoo.correct import CORRECT_TARGETS
 from tests.conformance_zoo.pathological import PATHOLOGICAL_TARGETS
+from tests.helpers import live_processes
 
 #: Properties that run in-process in seconds; the process-level ones have their own test files.
 FAST_PROPERTIES = ["accepted", "keys", "fidelity", "purity", "bad_input", "batch"]
@@ -142,20 +142,7 @@ def test_targets_that_cannot_cook_are_reported_never_crashed_on(name: str, tmp_p
     assert probe.verdict in ("pass", "skip", "fail"), probe.message
     assert probe.verdict != "pass" or probe.examined > 0
     assert all(c.verdict == "skip" for c in results["bad_input"].claims if c.id != "bad_input/code_execution")
-    assert not _processes_mentioning(attr)
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(f"{entry.name}: {cmdline}")
-    return found
+    assert not live_processes(attr)
 
 
 def test_a_cooker_that_fails_on_some_clean_samples_fails_fidelity_cooks(tmp_path: Path) -> None:

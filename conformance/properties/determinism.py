@@ -134,6 +134,16 @@ def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other
     return None
 
 
+def _compare_runs(claim: Any, first: dict, second: dict, ctx: CheckContext, compare: Any) -> None:
+    """``compare`` every (dataset, worker count) of two runs; each problem goes to ``claim``."""
+    for dataset in first:
+        for nw in WORKERS:
+            claim.examined(len(first[dataset][str(nw)]["batches"]))
+            problem = compare(ctx, dataset, nw, first[dataset][str(nw)], second[dataset][str(nw)])
+            if problem:
+                claim.problem(problem)
+
+
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
     try:
@@ -161,13 +171,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 stop(child)
         runs = {label: json.loads(out.read_text(encoding="utf-8")) for label, (_, out) in children.items()}
         seconds = {label: child.seconds for label, (child, _) in children.items()}
-        a, b = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed)]
-        for dataset in a:
-            for nw in WORKERS:
-                claim.examined(len(a[dataset][str(nw)]["batches"]))
-                problem = _compare_same_seed(ctx, dataset, nw, a[dataset][str(nw)], b[dataset][str(nw)])
-                if problem:
-                    claim.problem(problem)
+        _compare_runs(
+            claim,
+            runs["a"]["results"][str(ctx.seed)],
+            runs["b"]["results"][str(ctx.seed)],
+            ctx,
+            _compare_same_seed,
+        )
     if runs is None:
         claims.not_applicable(
             "seed", "blocked by determinism/fresh_processes: the child processes did not finish"
@@ -175,12 +185,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         return {}
     with claims.claim("seed") as claim:
         a, other = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed + 1)]
-        for dataset in a:
-            for nw in WORKERS:
-                claim.examined(len(a[dataset][str(nw)]["batches"]))
-                problem = _compare_other_seed(ctx, dataset, nw, a[dataset][str(nw)], other[dataset][str(nw)])
-                if problem:
-                    claim.problem(problem)
+        _compare_runs(claim, a, other, ctx, _compare_other_seed)
     return {
         "datasets": len(datasets),
         "workers": list(WORKERS),

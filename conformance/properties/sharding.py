@@ -185,11 +185,23 @@ def _check_distributed(
             f"torch.distributed (gloo, {DIST_WORLD_SIZE} processes started by torch.distributed.run), "
             f"num_workers=0, one epoch of {path.name}"
         )
-        claim.examined(sum(len(keys) for keys in per_rank.values()))
-        problem = _verify(ctx, where, per_rank, expected[path], source)
-        if problem:
-            claim.problem(problem)
+        _judge(ctx, claim, where, per_rank, expected[path], source)
     return child.seconds
+
+
+def _judge(
+    ctx: CheckContext,
+    claim: Any,
+    where: str,
+    per_rank: dict[int, list[str]],
+    expected: list[str],
+    source: str,
+) -> None:
+    """Count the delivered keys as examined and record what :func:`_verify` finds."""
+    claim.examined(sum(len(keys) for keys in per_rank.values()))
+    problem = _verify(ctx, where, per_rank, expected, source)
+    if problem:
+        claim.problem(problem)
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
@@ -229,10 +241,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                                 f"world size {world_size}, num_workers={num_workers}, one epoch "
                                 f"(repeat=False) of {path.name}, batch size {BATCH_SIZE}"
                             )
-                            claim.examined(sum(len(keys) for keys in per_rank.values()))
-                            problem = _verify(ctx, where, per_rank, expected[path], source)
-                            if problem:
-                                claim.problem(problem)
+                            _judge(ctx, claim, where, per_rank, expected[path], source)
                             details["runs"].append(f"ws={world_size} nw={num_workers} keys from {source}")
             if not isinstance(child, Child):
                 claims.not_applicable("distributed", child)
