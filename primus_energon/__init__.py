@@ -35,6 +35,7 @@ from .errors import (
 )
 from .loader import get_loader, resolve_rank
 from .payloads import decode_text, load_image, load_tensor
+from .safepickle import PickleFormatError, UnsafePickleError, safe_loads
 from .sample import DiffusionSample
 from .task_encoders import (
     PREENCODED_COOKER,
@@ -81,6 +82,9 @@ __all__ = [
     "load_tensor",
     "read_tensor",
     "TensorFileError",
+    "safe_loads",
+    "UnsafePickleError",
+    "PickleFormatError",
     "SafeSampleDecoder",
     "UnsafeMemberError",
     "decode_text",

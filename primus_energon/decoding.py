@@ -3,8 +3,10 @@
 Energon's default decoder hands ``.pth`` members to ``torch.load`` with ``weights_only`` off and ``.pickle``/
 ``.pyd`` members to ``pickle.loads``, so a shard can run code. :class:`SafeSampleDecoder` decodes the same
 member kinds without ever unpickling objects: tensors through :func:`~primus_energon.tensorfile.read_tensor`
-(one plain tensor, else refused), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow;
-pickle members are refused. Anything else stays bytes.
+(one plain tensor, else refused), text as strict UTF-8, JSON, integers, ``.npy`` without pickles, images with Pillow,
+and pickle members through :func:`~primus_energon.safepickle.safe_loads`: plain structures of containers,
+numbers, text, tensors and numpy arrays load, anything else is refused before it runs. Anything else stays
+bytes.
 """
 
 from __future__ import annotations
@@ -19,21 +21,25 @@ import torch
 import webdataset
 from megatron.energon import SampleDecoder
 
+from .safepickle import UnsafePickleError, safe_loads
 from .tensorfile import read_tensor
 
 __all__ = ["SafeSampleDecoder", "UnsafeMemberError"]
 
 
 class UnsafeMemberError(ValueError):
-    """A member whose format can only be decoded by unpickling arbitrary objects."""
+    """A member that decodes only by unpickling something other than plain data (it could run code)."""
 
 
 def _tensor(data: bytes) -> torch.Tensor:
     return read_tensor(data, copy=True, fallback=True)
 
 
-def _refuse(data: bytes) -> Any:
-    raise UnsafeMemberError("pickle members (.pickle, .pyd) are refused: unpickling them can run code")
+def _pickle(data: bytes) -> Any:
+    try:
+        return safe_loads(data)
+    except UnsafePickleError as error:
+        raise UnsafeMemberError(f"pickle member refused: {error}") from None
 
 
 _HANDLERS: dict[str, Callable[[bytes], Any]] = {
@@ -51,8 +57,8 @@ _HANDLERS: dict[str, Callable[[bytes], Any]] = {
     "inx": int,
     "id": int,
     "npy": lambda data: np.load(io.BytesIO(data), allow_pickle=False),
-    "pickle": _refuse,
-    "pyd": _refuse,
+    "pickle": _pickle,
+    "pyd": _pickle,
 }
 
 

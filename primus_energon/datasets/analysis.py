@@ -170,6 +170,34 @@ def _strict_mode(counts: Counter[Any]) -> Any:
     return top[0][0]
 
 
+#: a primary spatial size is "rare" when at most this share of samples has it (at least 1 sample) while
+#: one other size covers at least _DOMINANT of them: one odd sample, not a resolution bucket
+_RARE, _DOMINANT = 0.02, 0.9
+
+
+def _rare_buckets(primary: str | None, key_of: dict[int, tuple[int, int]]) -> list[tuple[int, str, str]]:
+    """Samples whose primary member has a spatial size that almost no other sample has, where nearly all
+    share one: a stacking batch() crashes on them, a bucketing one gives them a batch of their own."""
+    if primary is None or not key_of:
+        return []
+    counts = Counter(key_of.values())
+    total = len(key_of)
+    top, top_count = counts.most_common(1)[0]
+    if top_count < _DOMINANT * total:
+        return []  # resolution buckets: several sizes, each common
+    limit = max(1, int(_RARE * total))
+    return [
+        (
+            i,
+            primary,
+            f"spatial size {list(size)}, which only {counts[size]} of {total} samples have ({list(top)} in "
+            f"{top_count}): a batch() that stacks fails on it",
+        )
+        for i, size in sorted(key_of.items())
+        if size != top and counts[size] <= limit
+    ]
+
+
 def _shape_problems(
     samples: Sequence[_Sample], entries: dict[str, list[tuple[int, str, str, tuple[int, ...]]]]
 ) -> tuple[list[Problem], set[str]]:
@@ -220,7 +248,7 @@ def _shape_problems(
                     moved += 1
         follows[n] = moved > still
 
-    wrong: list[tuple[int, str, str]] = []
+    wrong: list[tuple[int, str, str]] = _rare_buckets(primary, key_of)
     for i, s in enumerate(samples):
         for name, (kind, dtype, shape) in s.names.items():
             if dtype is None or shape is None or name not in ref:

@@ -1,6 +1,7 @@
-"""Checks of one member's bytes, chosen by its extension: tensors, captions, JSON, images, ``.npy``.
+"""Checks of one member's bytes, chosen by its extension: tensors, captions, JSON, images, ``.npy``, pickles.
 
-Contract: nothing here unpickles anything but tensors, and a tensor member passes exactly when
+Contract: nothing here unpickles anything but plain data (pickled members are read by
+:func:`primus_energon.safepickle.safe_loads`, which refuses every other global before it runs), and a tensor member passes exactly when
 ``torch.load(BytesIO, weights_only=True)`` (what the reference cookers use) returns a tensor for it. Tensor
 files are read by the allow-list reader `primus_energon.tensorfile.read_tensor` (same result as torch.load,
 never unpickles); whenever it refuses a payload, torch.load decides, and a refusal that names a disallowed
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from primus_energon.safepickle import PickleFormatError, UnsafePickleError, describe_structure, safe_loads
 from primus_energon.tensorfile import TensorFileError, read_tensor
 
 __all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
@@ -27,13 +29,15 @@ __all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"})
 _TENSOR_EXTENSIONS = frozenset({"pth", "pt"})
 _TEXT_EXTENSIONS = frozenset({"txt", "text"})
+_PICKLE_EXTENSIONS = frozenset({"pickle", "pkl", "pyd"})
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
 _FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 
 
 def member_kind(part: str) -> str:
-    """``tensor``, ``text``, ``json``, ``image``, ``npy`` or ``bytes``, from the member's last extension."""
+    """``tensor``, ``text``, ``json``, ``image``, ``npy``, ``pickle`` or ``bytes``, from the member's last
+    extension."""
     ext = part.rsplit(".", 1)[-1].lower()
     if ext in _TENSOR_EXTENSIONS:
         return "tensor"
@@ -45,6 +49,8 @@ def member_kind(part: str) -> str:
         return "image"
     if ext == "npy":
         return "npy"
+    if ext in _PICKLE_EXTENSIONS:
+        return "pickle"
     return "bytes"
 
 
@@ -205,6 +211,43 @@ def check_npy(data: bytes | memoryview) -> MemberCheck:
     return out
 
 
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    import numpy as np
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return [torch.from_numpy(np.ascontiguousarray(value))]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensor_leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensor_leaves(item)]
+    return []
+
+
+def check_pickle(data: bytes | memoryview) -> MemberCheck:
+    """A pickled member: plain data loads (its floating tensors are checked for NaN/Inf), a pickle that
+    references anything else is ``malicious-pickle`` (nothing ran), malformed bytes ``garbage-payload``.
+    ``detail["structure"]`` describes what it holds."""
+    out = MemberCheck("pickle")
+    try:
+        value = safe_loads(data)
+    except UnsafePickleError as exc:
+        out.code = "malicious-pickle"
+        out.message = f"{exc} (nothing was run; Energon's default decoder would have run it)"
+        return out
+    except PickleFormatError as exc:
+        out.code = "garbage-payload"
+        out.message = str(exc)[:200]
+        return out
+    out.detail = {"structure": describe_structure(value)}
+    for tensor in _tensor_leaves(value):
+        _check_tensor_values(tensor, out)
+        if out.code:
+            break
+    return out
+
+
 def check_member(part: str, data: bytes | memoryview, *, decode: bool = True) -> MemberCheck:
     """Check one member's bytes by its kind (see `member_kind`); with ``decode=False`` only classify it.
     Keeps no reference to `data` (it may be a view of a reused buffer)."""
@@ -221,4 +264,6 @@ def check_member(part: str, data: bytes | memoryview, *, decode: bool = True) ->
         return check_image(data)
     if kind == "npy":
         return check_npy(data)
+    if kind == "pickle":
+        return check_pickle(data)
     return MemberCheck(kind)

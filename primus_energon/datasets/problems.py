@@ -48,6 +48,12 @@ CODES: dict[str, tuple[str, str]] = {
         "the tensor file pickles objects other than tensors and would run code if unpickled: delete the shard "
         "and find out who wrote it; never load it with a permissive unpickler",
     ),
+    "pickle-members": (
+        "warning",
+        "validate read these members with a restricted unpickler and they hold plain data; Energon's default "
+        "SampleDecoder (pickle.loads) and other readers would run any code a tampered copy held: read them with "
+        "primus_energon.safe_loads or primus_energon.SafeSampleDecoder, or re-export them as .pth/.npy",
+    ),
     "non-utf8-caption": (
         "error",
         "re-encode the caption as UTF-8 (e.g. `iconv -f cp1252 -t utf-8`)",

@@ -342,6 +342,25 @@ def _encoding_problems(
     return used, problems
 
 
+def _pickle_note(scans: list[ShardScan]) -> list[Problem]:
+    """One warning for a dataset with pickled members (each was read safely; see ``pickle-members``)."""
+    parts = sorted(
+        {sig[0] for scan in scans for rec in scan.samples for sig in rec.members if sig[1] == "pickle"}
+    )
+    if not parts:
+        return []
+    return [
+        Problem(
+            "pickle-members",
+            None,
+            None,
+            None,
+            f"members {', '.join(parts)} are pickles; they were read without unpickling anything but plain data",
+            detail={"members": parts},
+        )
+    ]
+
+
 def _sort_problems(
     problems: list[Problem], shard_index: dict[str, int], positions: dict[tuple[str, str], int]
 ) -> list[Problem]:
@@ -426,6 +445,7 @@ def validate_dataset(
     )
     problems += enc_problems
     problems += analysis.problems
+    problems += _pickle_note(scans)
     if meta.has_meta_dir and not meta.has_sqlite:
         problems.append(Problem("missing-sqlite", None, None, None, f"{META_DIR}/index.sqlite is missing"))
     # problems in data that split.yaml excludes do not stop training: downgrade them
