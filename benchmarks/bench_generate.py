@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from primus_energon.formats import SIZES
 from synthetic import generate_dataset
 
-FLUX_SHAPES = {"latents": (16, 64, 64), "prompt_embeds": (512, 4096), "pooled_prompt_embeds": (768,)}
+FLUX_SHAPES = dict(SIZES["flux"])
 
 
 def _timed(fn) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """read_tensor against torch.load(weights_only=True) and a plain bytes copy, per payload size.
 
 Run with ``pytest benchmarks/bench_tensorfile.py --benchmark-only`` (not part of the default test run,
-whose testpaths are ``tests/``). The payloads are the shapes of notes §10: the small f32 sample and the
+whose testpaths are ``tests/``). The payloads are the benchmark sizes (primus_energon.formats.SIZES): the small f32 sample and the
 FLUX-sized bf16 sample. ``bytes copy`` copies as many bytes as the tensor's storage: the ceiling for
 any reader that copies once.
 """

@@ -32,22 +32,10 @@ import time
 from pathlib import Path
 
 from primus_energon.datasets.validate import validate_dataset
+from primus_energon.formats import SIZE_DTYPES, SIZES
 from synthetic import generate_dataset
 
-PRESETS = {
-    "guide": (
-        {"latents": (64, 32, 32), "prompt_embeds": (77, 4096), "pooled_prompt_embeds": (768,)},
-        "float32",
-    ),
-    "flux": (
-        {"latents": (16, 64, 64), "prompt_embeds": (512, 4096), "pooled_prompt_embeds": (768,)},
-        "bfloat16",
-    ),
-    "small": (
-        {"latents": (16, 32, 32), "prompt_embeds": (77, 256), "pooled_prompt_embeds": (768,)},
-        "float32",
-    ),
-}
+PRESETS = {name: (dict(SIZES[name]), SIZE_DTYPES[name]) for name in ("guide", "flux", "small")}
 
 
 def raw_read(paths: list[Path]) -> None:

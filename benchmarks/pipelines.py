@@ -44,6 +44,7 @@ from megatron.energon import Cooker, DefaultTaskEncoder, SampleDecoder, basic_sa
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from primus_energon import PREENCODED_COOKER, DiffusionSample, EncodedDiffusionTaskEncoder, get_loader
+from primus_energon.formats import SIZES
 from primus_energon.payloads import decode_text
 from primus_energon.tensorfile import read_tensor
 
@@ -99,11 +100,9 @@ class PayloadSpec:
         return math.ceil(self.num_samples / self.shard_size)
 
 
-_SMALL = {"latents": (16, 32, 32), "prompt_embeds": (77, 256), "pooled_prompt_embeds": (768,)}
-_FLUX = {"latents": (16, 64, 64), "prompt_embeds": (512, 4096), "pooled_prompt_embeds": (768,)}
-_TINY = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}
+_SMALL, _FLUX, _TINY = (dict(SIZES[name]) for name in ("small", "flux", "tiny"))
 
-#: The payload sizes of the full run (notes §10: small f32 and FLUX-sized bf16 samples).
+#: The payload sizes of the full run (small f32 and FLUX-sized bf16 samples, primus_energon.formats.SIZES).
 PAYLOADS: dict[str, PayloadSpec] = {
     "small": PayloadSpec(
         "small",
@@ -251,7 +250,7 @@ class GuideTaskEncoderUnsafe(DefaultTaskEncoder):
     """UNSAFE, benchmark-only: the guide's TaskEncoder, with Energon's default ``SampleDecoder``.
 
     That decoder hands ``.pth`` members to webdataset's handler, which unpickles them (it runs code from a
-    shard: notes §10). It is used here only on shards this benchmark has just generated itself, to measure
+    shard). It is used here only on shards this benchmark has just generated itself, to measure
     the pipeline the reference replaces. Never point it at data you did not make.
     """
 

@@ -4,7 +4,7 @@
     python -m benchmarks.throughput --json results.json --quick    # fewer samples, one repetition, nw=0
     python -m benchmarks.throughput --json r.json --sweep          # also sweep the loader settings
 
-How it measures (steady state, notes §10):
+How it measures (steady state):
 
 * every pipeline of :mod:`benchmarks.pipelines` reads the same generated shards (page cache warm);
 * each measurement runs in a fresh process of its own (``--job``): it builds the loader, takes one
@@ -50,7 +50,7 @@ from .jobs import REPO_ROOT, emit_result, spawn_job
 BATCH_SIZE = 4
 GB = 1e9
 
-#: The issue's targets: (name, payload size, numerator, denominator, minimum ratio). Measured at nw=0.
+#: The throughput targets: (name, payload size, numerator, denominator, minimum ratio). Measured at nw=0.
 TARGETS: tuple[tuple[str, str, str, str, float], ...] = (
     ("reference >= 0.85 x floor (small)", "small", "reference", "floor", 0.85),
     ("reference >= 0.85 x floor (FLUX)", "flux", "reference", "floor", 0.85),

@@ -19,14 +19,14 @@ from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_v
 from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
+from primus_energon.formats import SIZES, member_kind, split_member_name
 from synthetic import ImageSpec, Schema, TensorSpec, TextSpec, builtin_schema, generate_dataset, load_schema
 from synthetic.schema import BytesSpec, JsonSpec, MemberSpec
 
 __all__ = ["Workspace", "SMALL_SHAPES", "field_candidates", "infer_schema", "read_crude"]
 
-#: Tensor shapes of the built-in preencoded format used for checks: small, so checks are fast.
-SMALL_SHAPES = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}
-_MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+#: Tensor shapes of the built-in preencoded format used for checks: tiny, so checks are fast.
+SMALL_SHAPES = SIZES["tiny"]
 
 
 def field_candidates(member: str, spec: MemberSpec) -> list[str]:
@@ -129,10 +129,10 @@ def infer_schema(dataset: str | os.PathLike) -> Schema:
     first_key = None
     with tarfile.open(shard) as tar:
         for info in tar:
-            match = _MEMBER_NAME.match(info.name)
-            if not info.isfile() or not match:
+            split = split_member_name(info.name)
+            if not info.isfile() or split is None:
                 continue
-            key, member = match.groups()
+            key, member = split
             if first_key is None:
                 first_key = key
             if key != first_key:
@@ -146,8 +146,8 @@ def infer_schema(dataset: str | os.PathLike) -> Schema:
 def _spec_for(member: str, data: bytes) -> MemberSpec:
     import torch
 
-    extension = member.rsplit(".", 1)[-1].lower()
-    if extension in ("pth", "pt"):
+    kind, extension = member_kind(member), member.rsplit(".", 1)[-1].lower()
+    if kind == "tensor":
         try:
             tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
             if isinstance(tensor, torch.Tensor):
@@ -155,11 +155,11 @@ def _spec_for(member: str, data: bytes) -> MemberSpec:
         except Exception:  # an unreadable first sample: describe it as opaque bytes
             pass
         return BytesSpec(len(data))
-    if extension in ("txt", "text"):
+    if kind == "text":
         return TextSpec()
-    if extension in ("json", "jsn"):
+    if kind == "json":
         return JsonSpec()
-    if extension in ("jpg", "jpeg", "png", "webp"):
+    if kind == "image" and extension in ("jpg", "jpeg", "png", "webp"):
         from PIL import Image
 
         with Image.open(io.BytesIO(data)) as image:

@@ -27,18 +27,8 @@ __all__ = [
     "RAW_TEXT_MEMBER",
 ]
 
-#: DiffusionSample field -> tar member it is read from (all required).
-PREENCODED_TENSOR_MEMBERS: Mapping[str, str] = {
-    "latents": "latents.pth",
-    "prompt_embeds": "prompt_embeds.pth",
-    "pooled_prompt_embeds": "pooled_prompt_embeds.pth",
-}
-#: The optional caption member of a preencoded sample.
-PREENCODED_CAPTION_MEMBER = "caption.txt"
-#: Members that may hold the image of a raw sample, in the order they are looked up.
-RAW_IMAGE_MEMBERS: tuple[str, ...] = ("images", "jpg", "jpeg", "png", "webp")
-#: The caption member of a raw sample.
-RAW_TEXT_MEMBER = "txt"
+# The member layout of each format lives in primus_energon.formats; re-exported here for the cookers' users.
+from .formats import PREENCODED_CAPTION_MEMBER, PREENCODED_TENSOR_MEMBERS, RAW_IMAGE_MEMBERS, RAW_TEXT_MEMBER
 
 
 def _members_present(sample: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,7 @@ Safety: Energon's default ``TaskEncoder.decoder`` (``SampleDecoder``) decodes ``
 ``torch.load`` with ``weights_only`` off (and ``.pickle``/``.pyd`` members with ``pickle.loads``) before the
 cooker runs, so a shard can execute code. These TaskEncoders therefore have no decoder: the cookers
 receive the members' bytes and decode them themselves, tensors only through
-``torch.load(weights_only=True)``. The decoder cannot be switched back on, by a subclass, by an instance
+:func:`~primus_energon.tensorfile.read_tensor`, which never unpickles. The decoder cannot be switched back on, by a subclass, by an instance
 attribute or by any environment variable.
 """
 

@@ -1,4 +1,4 @@
-"""Metadataset YAML: a weighted blend of datasets with per-entry subflavors (notes §5).
+"""Metadataset YAML: a weighted blend of datasets with per-entry subflavors (MetadatasetV2, or the legacy form).
 
 Current form (``MetadatasetV2``)::
 

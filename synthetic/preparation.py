@@ -1,7 +1,7 @@
 """Turning written shards into a dataset Energon loads: its own `prepare_dataset`, then ``dataset.yaml``.
 
 `prepare_dataset` writes ``.nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid}`` and a ``.tar.idx``
-next to each shard; it does not write ``dataset.yaml`` (notes §1), so that is written here with the schema's
+next to each shard; it does not write ``dataset.yaml``, so that is written here with the schema's
 subflavors. Shards are assigned to splits by exact-name patterns, so the split is exactly the planned one.
 """
 

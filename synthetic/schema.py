@@ -28,6 +28,17 @@ from typing import Any, ClassVar
 
 import yaml
 
+from primus_energon.formats import (
+    BUILTIN_ENCODINGS,
+    PREENCODED_CAPTION_MEMBER,
+    PREENCODED_TENSOR_MEMBERS,
+    RAW_TEXT_MEMBER,
+    SIZES,
+    member_extension,
+    member_kind,
+    member_stem,
+)
+
 from .errors import SyntheticError
 
 __all__ = [
@@ -61,7 +72,6 @@ DEFAULT_BUCKETS: tuple[tuple[float, float], ...] = (
     (0.5, 1.5),
     (1.5, 0.5),
 )
-BUILTIN_ENCODINGS: tuple[str, ...] = ("preencoded", "raw")
 
 # A member name becomes the part after `<key>.` in the tar; Energon skips names matching `__...__`.
 _MEMBER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -149,27 +159,11 @@ _SPEC_TYPES: Mapping[str, type] = MappingProxyType(
 )
 
 
-def member_stem(name: str) -> str:
-    """``"latents.pth"`` -> ``"latents"``; ``"jpg"`` -> ``"jpg"``."""
-    return name.split(".", 1)[0]
-
-
-def member_extension(name: str) -> str:
-    """``"latents.pth"`` -> ``"pth"``; ``"jpg"`` -> ``"jpg"``."""
-    return name.rsplit(".", 1)[-1].lower()
-
-
 def _kind_from_name(name: str) -> str:
-    ext = member_extension(name)
-    if ext in ("pth", "pt"):
-        return "tensor"
-    if ext == "txt":
-        return "text"
-    if ext == "json":
-        return "json"
-    if ext in IMAGE_FORMATS:
-        return "image"
-    return "bytes"
+    """The generator's member kind for a member name (the library's kind table; kinds the generator does
+    not write are random bytes)."""
+    kind = member_kind(name)
+    return kind if kind in _SPEC_TYPES else "bytes"
 
 
 @dataclass(frozen=True)
@@ -429,10 +423,11 @@ def builtin_schema(
         schema = Schema(
             encoding="preencoded",
             members={
-                "latents.pth": TensorSpec((64, 32, 32), "float32", bucketed=True),
-                "prompt_embeds.pth": TensorSpec((77, 4096), "float32"),
-                "pooled_prompt_embeds.pth": TensorSpec((768,), "float32"),
-                "caption.txt": TextSpec(),
+                **{
+                    member: TensorSpec(SIZES["guide"][field], "float32", bucketed=field == "latents")
+                    for field, member in PREENCODED_TENSOR_MEMBERS.items()
+                },
+                PREENCODED_CAPTION_MEMBER: TextSpec(),
             },
         )
     elif encoding == "raw":
@@ -443,7 +438,7 @@ def builtin_schema(
         fmt = IMAGE_FORMATS[image_format].lower()
         schema = Schema(
             encoding="raw",
-            members={image_format: ImageSpec((32, 32), fmt), "txt": TextSpec()},
+            members={image_format: ImageSpec((32, 32), fmt), RAW_TEXT_MEMBER: TextSpec()},
         )
     else:
         raise SyntheticError(

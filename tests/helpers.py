@@ -7,7 +7,6 @@ cookers' output against something that shares no code with them.
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,9 @@ import torch
 from megatron.energon import SampleDecoder
 
 from conformance.data import read_crude
+from primus_energon.formats import MEMBER_NAME, SIZES
 
-# Energon's member-name split (flavors/webdataset/config.py): key up to the first dot of the basename.
-_MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
-
-SMALL_SHAPES = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}
+SMALL_SHAPES = SIZES["tiny"]
 
 
 def read_members(dataset: str | Path) -> dict[str, dict[str, bytes]]:
@@ -31,7 +28,7 @@ def read_members(dataset: str | Path) -> dict[str, dict[str, bytes]]:
             for info in tar:
                 if not info.isfile():
                     continue
-                match = _MEMBER_NAME.match(info.name)
+                match = MEMBER_NAME.match(info.name)
                 assert match, f"unexpected member name {info.name!r} in {shard}"
                 key, member = match.groups()
                 samples.setdefault(key, {})[member] = tar.extractfile(info).read()

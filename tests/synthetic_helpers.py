@@ -91,7 +91,9 @@ def load_with_energon(path: Path | str, split: str = "train") -> Loaded:
         try:
             for batch in get_loader(ds):
                 out.samples.extend(batch)
-        except Exception as exc:  # a broken shard ends iteration (notes §7)
+        except (
+            Exception
+        ) as exc:  # a broken shard ends iteration (Energon reads tars outside its error handler)
             out.error = exc
     return out
 

@@ -59,7 +59,7 @@ def test_noncentral_tail_matches_df1_closed_form() -> None:
 
 
 def test_required_n_against_published_table() -> None:
-    # prior-art.md Part B section 3 (computed with scipy): k=4: 23.9k, k=8: 27.7k draws.
+    # Reference values computed with scipy.stats (noncentral chi-square): k=4: 23.9k, k=8: 27.7k draws.
     assert required_n(4) == pytest.approx(23_900, rel=0.01)
     assert required_n(8) == pytest.approx(27_700, rel=0.02)
     # k=2 (df=1) has a closed form: sqrt(lambda) = z(1 - 1e-6 / 2) + z(0.99) = 4.8916 + 2.3263, so

@@ -2,7 +2,7 @@
 
 Contract: nothing here unpickles anything but plain data (pickled members are read by
 :func:`primus_energon.safepickle.safe_loads`, which refuses every other global before it runs), and a tensor member passes exactly when
-``torch.load(BytesIO, weights_only=True)`` (what the reference cookers use) returns a tensor for it. Tensor
+``torch.load(BytesIO, weights_only=True)`` (what the reference cookers' reader is equal to) returns a tensor for it. Tensor
 files are read by the allow-list reader `primus_energon.tensorfile.read_tensor` (same result as torch.load,
 never unpickles); whenever it refuses a payload, torch.load decides, and a refusal that names a disallowed
 global is ``malicious-pickle``, any other failure ``garbage-payload``. Speed: the reader's layout cache reads
@@ -21,37 +21,15 @@ from typing import Any
 
 import torch
 
+from primus_energon.formats import IMAGE_EXTENSIONS, member_kind
 from primus_energon.safepickle import PickleFormatError, UnsafePickleError, describe_structure, safe_loads
 from primus_energon.tensorfile import TensorFileError, read_tensor
 
 __all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
 
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"})
-_TENSOR_EXTENSIONS = frozenset({"pth", "pt"})
-_TEXT_EXTENSIONS = frozenset({"txt", "text"})
-_PICKLE_EXTENSIONS = frozenset({"pickle", "pkl", "pyd"})
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
 _FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
-
-
-def member_kind(part: str) -> str:
-    """``tensor``, ``text``, ``json``, ``image``, ``npy``, ``pickle`` or ``bytes``, from the member's last
-    extension."""
-    ext = part.rsplit(".", 1)[-1].lower()
-    if ext in _TENSOR_EXTENSIONS:
-        return "tensor"
-    if ext in _TEXT_EXTENSIONS:
-        return "text"
-    if ext == "json":
-        return "json"
-    if ext in IMAGE_EXTENSIONS or part.lower() == "images":
-        return "image"
-    if ext == "npy":
-        return "npy"
-    if ext in _PICKLE_EXTENSIONS:
-        return "pickle"
-    return "bytes"
 
 
 @dataclass

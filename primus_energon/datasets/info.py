@@ -1,6 +1,6 @@
 """`dataset_info`: what a dataset holds, from its metadata plus a look at its first samples (or all of them).
 
-Replaces ``energon info``, which raises ``KeyError: 'sample_type'`` on a CrudeWebdataset (notes §6). Splits
+Replaces ``energon info``, which raises ``KeyError: 'sample_type'`` on a CrudeWebdataset (megatron-energon 7.4.1: its dataset.yaml has no sample_type). Splits
 and sample counts come from ``.nv-meta`` (or from reading the shards when there is no metadata); member
 names, dtypes and shapes from the first `samples` samples (``full=True``: every sample, listing every
 distinct shape). Nothing here judges the data; run `validate` for that.

@@ -1,6 +1,6 @@
 """Reading a prepared dataset's metadata the way Energon 7.4 reads it, collecting problems instead of raising.
 
-Files (notes §1): ``.nv-meta/.info.json`` (``.info.yaml`` fallback) with ``shard_counts``; ``split.yaml``
+Files (Energon 7.4.1, flavors/webdataset/metadata.py): ``.nv-meta/.info.json`` (``.info.yaml`` fallback) with ``shard_counts``; ``split.yaml``
 (``split.json`` fallback) with ``split_parts`` (brace-expanded shard names) and ``exclude``;
 ``dataset.yaml`` (``__module__``/``__class__``/``subflavors``); ``<shard>.tar.idx`` beside each shard
 (count + 1 native uint64 offsets: sample starts, then the end of the last sample).

@@ -1,6 +1,6 @@
 """Resolving a metadataset YAML to its leaf datasets, and validating each leaf.
 
-Both forms Energon 7.4 loads (notes §5) are read with ``yaml.safe_load``, without Energon (which stops at the
+Both forms Energon 7.4 loads (MetadatasetV2 `blend:` and the legacy `datasets:`) are read with ``yaml.safe_load``, without Energon (which stops at the
 first missing path):
 
 * ``MetadatasetV2``: ``splits: {split: node}`` where a node is a dataset reference (``path``, optional

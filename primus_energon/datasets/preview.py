@@ -1,9 +1,9 @@
 """`preview_dataset`: the first samples exactly as the reference TaskEncoder hands them to ``batch()``.
 
-Replaces ``energon preview``, which raises ``TypeError`` on a CrudeWebdataset (notes §6). The samples go
+Replaces ``energon preview``, which raises ``TypeError`` on a CrudeWebdataset (its raw samples are dicts, not dataclasses). The samples go
 through Energon's own loading path (``get_val_dataset``: sequential, one pass) with the reference cookers
 (`primus_energon.MultiFormatTaskEncoder`, dispatched by ``subflavors.encoding``), no decoder, and tensors read
-only through ``torch.load(weights_only=True)``. A sample the cooker rejects is shown as an error line with the
+only through `primus_energon.read_tensor` (which never unpickles). A sample the cooker rejects is shown as an error line with the
 reason; a shard that breaks iteration (truncated tar) ends the preview with an error.
 """
 

@@ -1,0 +1,118 @@
+"""The data formats, in one place: member kinds, the built-in formats, the size presets, and how Energon
+names members. Import-light (no torch, no Energon): the cookers, validate, the generator, the conformance
+suite and the benchmarks all read it.
+
+**Member names.** A tar entry ``<key>.<member>`` is split by Energon at the first dot of its base name
+(``megatron/energon/flavors/webdataset/config.py``): ``s_000001.latents.pth`` is sample ``s_000001``,
+member ``latents.pth``; NeMo's ``000001..pth`` is sample ``000001``, member ``.pth`` (a leading dot
+included). The crude sample dict Energon hands a cooker is keyed by exactly these member names.
+
+**Kinds.** What a member holds, from its last extension (:func:`member_kind`): ``tensor`` (``torch.save``),
+``text`` (UTF-8), ``json``, ``image`` (encoded with Pillow), ``npy``, ``pickle`` (a pickled structure,
+read with :func:`primus_energon.safepickle.safe_loads`) or ``bytes`` (anything else, e.g. raw tensor bytes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+__all__ = [
+    "MEMBER_NAME",
+    "split_member_name",
+    "member_extension",
+    "member_stem",
+    "KINDS",
+    "EXTENSION_KINDS",
+    "IMAGE_EXTENSIONS",
+    "member_kind",
+    "SIZES",
+    "SIZE_DTYPES",
+    "PREENCODED_TENSOR_MEMBERS",
+    "PREENCODED_CAPTION_MEMBER",
+    "RAW_IMAGE_MEMBERS",
+    "RAW_TEXT_MEMBER",
+    "BUILTIN_ENCODINGS",
+]
+
+#: Energon's split of a tar entry name into (key, member): the key ends at the first dot of the base name.
+MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def split_member_name(name: str) -> tuple[str, str] | None:
+    """``"s_01.latents.pth"`` -> ``("s_01", "latents.pth")``, ``"000001..pth"`` -> ``("000001", ".pth")``;
+    None for a name Energon does not read as a sample member (no dot in the base name)."""
+    match = MEMBER_NAME.match(name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def member_extension(member: str) -> str:
+    """``"latents.pth"`` -> ``"pth"``, ``".pickle"`` -> ``"pickle"``, ``"jpg"`` -> ``"jpg"``."""
+    return member.rsplit(".", 1)[-1].lower()
+
+
+def member_stem(member: str) -> str:
+    """``"latents.pth"`` -> ``"latents"``; ``"jpg"`` -> ``"jpg"``; ``".pth"`` -> ``""``."""
+    return member.split(".", 1)[0]
+
+
+KINDS: tuple[str, ...] = ("tensor", "text", "json", "image", "npy", "pickle", "bytes")
+IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"})
+#: extension -> kind (webdataset's handler names; anything else is ``bytes``)
+EXTENSION_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        "pth": "tensor",
+        "pt": "tensor",
+        "txt": "text",
+        "text": "text",
+        "json": "json",
+        "jsn": "json",
+        "npy": "npy",
+        "pickle": "pickle",
+        "pkl": "pickle",
+        "pyd": "pickle",
+        **{extension: "image" for extension in IMAGE_EXTENSIONS},
+    }
+)
+
+
+def member_kind(member: str) -> str:
+    """The kind of ``member`` from its last extension; ``images`` (the guide's raw member) is an image."""
+    if member.lower() == "images":
+        return "image"
+    return EXTENSION_KINDS.get(member_extension(member), "bytes")
+
+
+#: Tensor shapes of the preencoded format by size: ``tiny`` for checks and tests, ``small`` and ``flux``
+#: for benchmarks (FLUX-sized: 16-channel latents of a 512x512 image, T5 [512, 4096], CLIP [768]),
+#: ``guide`` the integration guide's 256x256 example.
+SIZES: Mapping[str, Mapping[str, tuple[int, ...]]] = MappingProxyType(
+    {
+        "tiny": {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)},
+        "small": {"latents": (16, 32, 32), "prompt_embeds": (77, 256), "pooled_prompt_embeds": (768,)},
+        "guide": {"latents": (64, 32, 32), "prompt_embeds": (77, 4096), "pooled_prompt_embeds": (768,)},
+        "flux": {"latents": (16, 64, 64), "prompt_embeds": (512, 4096), "pooled_prompt_embeds": (768,)},
+    }
+)
+#: The dtype each size is written in.
+SIZE_DTYPES: Mapping[str, str] = MappingProxyType(
+    {"tiny": "float32", "small": "float32", "guide": "float32", "flux": "bfloat16"}
+)
+
+#: The preencoded format: DiffusionSample field -> tar member it is read from (all required).
+PREENCODED_TENSOR_MEMBERS: Mapping[str, str] = MappingProxyType(
+    {
+        "latents": "latents.pth",
+        "prompt_embeds": "prompt_embeds.pth",
+        "pooled_prompt_embeds": "pooled_prompt_embeds.pth",
+    }
+)
+#: The optional caption member of a preencoded sample.
+PREENCODED_CAPTION_MEMBER = "caption.txt"
+#: The raw format: members that may hold the image, in the order they are looked up.
+RAW_IMAGE_MEMBERS: tuple[str, ...] = ("images", "jpg", "jpeg", "png", "webp")
+#: The caption member of a raw sample.
+RAW_TEXT_MEMBER = "txt"
+#: The formats a dataset.yaml ``subflavors: {encoding: ...}`` names and the reference cookers read.
+BUILTIN_ENCODINGS: tuple[str, ...] = ("preencoded", "raw")
