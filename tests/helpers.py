@@ -69,3 +69,22 @@ def live_processes(needle: str) -> list[str]:
             if needle in cmdline and state != "Z":
                 found.append(f"{entry.name}: {cmdline[:200]}")
     return found
+
+
+def write_prepared_dataset(
+    root: Path, samples: list[tuple[str, dict[str, bytes]]], subflavors: dict[str, Any]
+) -> Path:
+    """A one-shard dataset of exactly these ``(key, {member: bytes})`` samples, prepared by Energon, with
+    ``dataset.yaml`` (for formats the generator does not write)."""
+    from synthetic.preparation import prepare_with_energon, write_dataset_yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(root / "shard-000000.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for key, members in samples:
+            for name, data in members.items():
+                info = tarfile.TarInfo(f"{key}.{name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    prepare_with_energon(root, ["shard-000000.tar"], ["train"])
+    write_dataset_yaml(root, subflavors)
+    return root

@@ -262,30 +262,23 @@ def test_validate_on_a_dfm_format_dataset(tmp_path: Path) -> None:
     """DFM's FLUX layout (``pth`` latents, ``pickle`` text embeddings, ``json``): clean samples validate,
     the one whose pickle runs code is reported with its shard, key and member, and nothing runs."""
     import json
-    import tarfile
 
     from primus_energon.datasets import validate_path
-    from synthetic.preparation import prepare_with_energon, write_dataset_yaml
+    from tests.helpers import write_prepared_dataset
 
-    root = tmp_path / "dfm"
-    root.mkdir()
     marker = tmp_path / "ran"
-    with tarfile.open(root / "shard-000000.tar", "w", format=tarfile.GNU_FORMAT) as tar:
-        for index in range(6):
-            latents = io.BytesIO()
-            torch.save(torch.randn(16, 4, 4), latents)
-            embeds = {"prompt_embeds": torch.randn(8, 16), "pooled_prompt_embeds": torch.randn(16)}
-            members = {
-                "pth": latents.getvalue(),
-                "pickle": _hostile(marker)["exec"] if index == 3 else pickle.dumps(embeds),
-                "json": json.dumps({"caption": f"sample {index}"}).encode(),
-            }
-            for name, data in members.items():
-                info = tarfile.TarInfo(f"s{index:03d}.{name}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    prepare_with_energon(root, ["shard-000000.tar"], ["train"])
-    write_dataset_yaml(root, {"encoding": "flux"})
+    samples = []
+    for index in range(6):
+        latents = io.BytesIO()
+        torch.save(torch.randn(16, 4, 4), latents)
+        embeds = {"prompt_embeds": torch.randn(8, 16), "pooled_prompt_embeds": torch.randn(16)}
+        members = {
+            "pth": latents.getvalue(),
+            "pickle": _hostile(marker)["exec"] if index == 3 else pickle.dumps(embeds),
+            "json": json.dumps({"caption": f"sample {index}"}).encode(),
+        }
+        samples.append((f"s{index:03d}", members))
+    root = write_prepared_dataset(tmp_path / "dfm", samples, {"encoding": "flux"})
     report = validate_path(root)
     found = [(p.code, p.severity, p.shard, p.key, p.member) for p in report.problems]
     assert ("malicious-pickle", "error", "shard-000000.tar", "s003", "pickle") in found, found

@@ -4,36 +4,29 @@ that sample, and keeps resolution buckets with many samples each clean."""
 from __future__ import annotations
 
 import io
-import tarfile
 from pathlib import Path
 
 import torch
 
 from primus_energon.datasets import validate_path
-from synthetic.preparation import prepare_with_energon, write_dataset_yaml
+from tests.helpers import write_prepared_dataset
 
 
 def _dataset(root: Path, spatial: list[tuple[int, int]]) -> Path:
-    root.mkdir()
-    with tarfile.open(root / "shard-000000.tar", "w", format=tarfile.GNU_FORMAT) as tar:
-        for index, (h, w) in enumerate(spatial):
-            members = {}
-            for name, tensor in (
-                ("latents.pth", torch.randn(4, h, w)),
-                ("prompt_embeds.pth", torch.randn(7, 16)),
-                ("pooled_prompt_embeds.pth", torch.randn(16)),
-            ):
-                buffer = io.BytesIO()
-                torch.save(tensor, buffer)
-                members[name] = buffer.getvalue()
-            members["caption.txt"] = f"caption {index}".encode()
-            for name, data in members.items():
-                info = tarfile.TarInfo(f"s{index:03d}.{name}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    prepare_with_energon(root, ["shard-000000.tar"], ["train"])
-    write_dataset_yaml(root, {"encoding": "preencoded"})
-    return root
+    samples = []
+    for index, (h, w) in enumerate(spatial):
+        members = {}
+        for name, tensor in (
+            ("latents.pth", torch.randn(4, h, w)),
+            ("prompt_embeds.pth", torch.randn(7, 16)),
+            ("pooled_prompt_embeds.pth", torch.randn(16)),
+        ):
+            buffer = io.BytesIO()
+            torch.save(tensor, buffer)
+            members[name] = buffer.getvalue()
+        members["caption.txt"] = f"caption {index}".encode()
+        samples.append((f"s{index:03d}", members))
+    return write_prepared_dataset(root, samples, {"encoding": "preencoded"})
 
 
 def test_one_sample_of_thirty_with_its_own_latent_size_is_reported(tmp_path: Path) -> None:
