@@ -8,11 +8,15 @@ rather than millions of normal draws.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
+import pickle
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,13 +24,25 @@ from PIL import Image
 
 from .captions import make_caption
 from .rng import member_rng, pool_rng, sample_rng
-from .schema import FLOAT_DTYPES, BytesSpec, ImageSpec, JsonSpec, MemberSpec, Schema, TensorSpec, TextSpec
+from .schema import (
+    FLOAT_DTYPES,
+    BytesSpec,
+    ImageSpec,
+    JsonSpec,
+    MemberSpec,
+    NpySpec,
+    PickleSpec,
+    Schema,
+    TensorSpec,
+    TextSpec,
+)
 
 __all__ = [
     "TORCH_DTYPES",
     "Payload",
     "PayloadFactory",
     "tensor_bytes",
+    "pickle_bytes",
 ]
 
 TORCH_DTYPES: Mapping[str, torch.dtype] = {
@@ -69,6 +85,42 @@ class Payload:
     kind: str
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
+
+
+class _StorageBytes:
+    """Pickles as ``torch.storage._load_from_bytes(<torch.save of the storage>)``, as torch's own tensor
+    pickling does, but with the zip serialization (deterministic) instead of the legacy one, whose storage
+    key is a memory address."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        buffer = io.BytesIO()
+        with warnings.catch_warnings():  # TypedStorage is what _rebuild_tensor_v2 takes
+            warnings.simplefilter("ignore", UserWarning)
+            torch.save(tensor.storage(), buffer)
+        self.data = buffer.getvalue()
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (torch.storage._load_from_bytes, (self.data,))
+
+
+class _DeterministicPickler(pickle.Pickler):
+    """``pickle.dumps`` whose bytes depend on the values only: a torch tensor is reduced exactly as
+    ``Tensor.__reduce_ex__`` does (``_rebuild_tensor_v2`` of its storage), with a deterministic storage."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is not torch.Tensor:
+            return NotImplemented
+        tensor = obj.detach().contiguous()
+        hooks = collections.OrderedDict()
+        args = (_StorageBytes(tensor), 0, tuple(tensor.size()), tensor.stride(), False, hooks)
+        return (torch._utils._rebuild_tensor_v2, args)
+
+
+def pickle_bytes(value: Any, protocol: int) -> bytes:
+    """``pickle.dumps(value, protocol)``, byte-identical for equal values (see `_DeterministicPickler`)."""
+    buffer = io.BytesIO()
+    _DeterministicPickler(buffer, protocol=protocol).dump(value)
+    return buffer.getvalue()
 
 
 class PayloadFactory:
@@ -158,6 +210,9 @@ class PayloadFactory:
         return buf.getvalue(), (h, w, 3)
 
     def json(self, name: str, spec: JsonSpec, index: int, key: str) -> bytes:
+        if spec.fields:
+            fields = {field: self.leaf(f"{name}/{field}", leaf, index) for field, leaf in spec.fields.items()}
+            return json.dumps({"key": key, **fields}, sort_keys=True, ensure_ascii=False).encode("utf-8")
         rng = member_rng(self.seed, index, name)
         image_members = [s for s in self.schema.members.values() if isinstance(s, ImageSpec)]
         h, w = self.image_size(image_members[0], index) if image_members else (0, 0)
@@ -175,7 +230,30 @@ class PayloadFactory:
         return json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")
 
     def raw_bytes(self, name: str, spec: BytesSpec, index: int) -> bytes:
+        if spec.dtype is not None:  # a tensor's raw bytes, no header (bf16 as uint16 pairs)
+            tensor = self.tensor(name, TensorSpec(spec.shape or (), spec.dtype), index)
+            return tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         return member_rng(self.seed, index, name).bytes(spec.size)
+
+    def array(self, name: str, spec: NpySpec, index: int) -> np.ndarray:
+        """The numpy array of an npy member or leaf (the tensor it would be, as numpy)."""
+        return self.tensor(name, TensorSpec(spec.shape, spec.dtype), index).numpy()
+
+    def leaf(self, name: str, leaf: Any, index: int) -> Any:
+        """The value of a pickle leaf or json field ``name`` (``member/leaf``) of sample `index`."""
+        if isinstance(leaf, TensorSpec):
+            return self.tensor(name, leaf, index)
+        if isinstance(leaf, NpySpec):
+            return self.array(name, leaf, index)
+        if isinstance(leaf, TextSpec):
+            return self.text(name, leaf, index)
+        rng = member_rng(self.seed, index, name)
+        return int(rng.integers(0, 1000)) if leaf == "int" else round(float(rng.random()) * 10.0, 6)
+
+    def structure(self, name: str, spec: PickleSpec, index: int) -> Any:
+        """The object a pickle member holds (what ``pickle.loads`` of its bytes returns)."""
+        values = {leaf: self.leaf(f"{name}/{leaf}", s, index) for leaf, s in spec.leaves.items()}
+        return next(iter(values.values())) if spec.structure == "value" else values
 
     def payload(self, name: str, spec: MemberSpec, index: int, key: str) -> Payload:
         """The clean stored form of one member."""
@@ -189,4 +267,12 @@ class PayloadFactory:
             return Payload(data, "image", "uint8", shape)
         if isinstance(spec, JsonSpec):
             return Payload(self.json(name, spec, index, key), "json")
-        return Payload(self.raw_bytes(name, spec, index), "bytes")
+        if isinstance(spec, NpySpec):
+            array = self.array(name, spec, index)
+            buffer = io.BytesIO()
+            np.save(buffer, array, allow_pickle=False)
+            return Payload(buffer.getvalue(), "npy", spec.dtype, tuple(array.shape))
+        if isinstance(spec, PickleSpec):
+            return Payload(pickle_bytes(self.structure(name, spec, index), spec.protocol), "pickle")
+        shape = spec.shape if spec.dtype is not None else None
+        return Payload(self.raw_bytes(name, spec, index), "bytes", spec.dtype, shape)

@@ -51,6 +51,8 @@ __all__ = [
     "ImageSpec",
     "JsonSpec",
     "MemberSpec",
+    "NpySpec",
+    "PickleSpec",
     "Schema",
     "TensorSpec",
     "TextSpec",
@@ -74,7 +76,9 @@ DEFAULT_BUCKETS: tuple[tuple[float, float], ...] = (
 )
 
 # A member name becomes the part after `<key>.` in the tar; Energon skips names matching `__...__`.
-_MEMBER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A leading dot is allowed: NeMo's prepare script writes members ".pth", ".pickle", ".json" (tar names
+# "<key>..pth"), which Energon's crude dict keys exactly so.
+_MEMBER_NAME_RE = re.compile(r"^\.?[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENCODING_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -85,13 +89,37 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str = "float32"
     bucketed: bool = False
+    field: str | None = None
     kind: ClassVar[str] = "tensor"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "bucketed": self.bucketed}
+        out = {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "bucketed": self.bucketed}
+        return _with_field(out, self.field)
+
+
+def _with_field(out: dict[str, Any], field_name: str | None) -> dict[str, Any]:
+    if field_name is not None:
+        out["field"] = field_name
+    return out
+
+
+@dataclass(frozen=True)
+class NpySpec:
+    """A numpy array written with ``np.save`` (never with pickled objects)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    field: str | None = None
+    kind: ClassVar[str] = "npy"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _with_field({"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype}, self.field)
 
 
 @dataclass(frozen=True)
@@ -103,10 +131,11 @@ class TextSpec:
     non_ascii: bool = True
     long_every: int = 8
     long_words: int = 300
+    field: str | None = None
     kind: ClassVar[str] = "text"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "min_words": self.min_words,
             "max_words": self.max_words,
@@ -114,6 +143,7 @@ class TextSpec:
             "long_every": self.long_every,
             "long_words": self.long_words,
         }
+        return _with_field(out, self.field)
 
 
 @dataclass(frozen=True)
@@ -123,39 +153,93 @@ class ImageSpec:
     size: tuple[int, int] = (32, 32)
     format: str = "jpeg"
     quality: int = 90
+    field: str | None = None
     kind: ClassVar[str] = "image"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", tuple(self.size))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "size": list(self.size), "format": self.format, "quality": self.quality}
+        out = {"kind": self.kind, "size": list(self.size), "format": self.format, "quality": self.quality}
+        return _with_field(out, self.field)
 
 
 @dataclass(frozen=True)
 class JsonSpec:
-    """A small UTF-8 JSON metadata object (key, index, size, score, tags)."""
+    """A UTF-8 JSON object. Without `fields`, metadata (key, index, size, score, tags); with them, the key
+    and exactly those fields: name -> a leaf spec (``text``, or ``int``/``float`` numbers)."""
 
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    field: str | None = None
     kind: ClassVar[str] = "json"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind}
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.fields:
+            out["fields"] = {k: _leaf_to_dict(v) for k, v in self.fields.items()}
+        return _with_field(out, self.field)
+
+
+@dataclass(frozen=True)
+class PickleSpec:
+    """A pickled structure, as DFM and NeMo write: a dict of `leaves` (name -> tensor, npy or text spec;
+    tensors are torch tensors, npy leaves numpy arrays), or with ``structure="value"`` the one leaf itself."""
+
+    leaves: Mapping[str, Any] = field(default_factory=dict)
+    structure: str = "dict"
+    protocol: int = 4
+    field: str | None = None
+    kind: ClassVar[str] = "pickle"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "leaves", MappingProxyType(dict(self.leaves)))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "kind": self.kind,
+            "structure": self.structure,
+            "protocol": self.protocol,
+            "leaves": {k: _leaf_to_dict(v) for k, v in self.leaves.items()},
+        }
+        return _with_field(out, self.field)
 
 
 @dataclass(frozen=True)
 class BytesSpec:
-    """`size` random bytes."""
+    """`size` random bytes; or, with `dtype` and `shape`, the raw bytes of such a tensor (no header: bf16
+    as uint16 pairs, as Primus' MLPerf ``*.bytes`` members)."""
 
     size: int = 64
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    field: str | None = None
     kind: ClassVar[str] = "bytes"
 
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(self.shape))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "size": self.size}
+        out: dict[str, Any] = {"kind": self.kind, "size": self.size}
+        if self.dtype is not None:
+            out.update(dtype=self.dtype, shape=list(self.shape or ()))
+        return _with_field(out, self.field)
 
 
-MemberSpec = TensorSpec | TextSpec | ImageSpec | JsonSpec | BytesSpec
+#: leaf kinds of a json field or a pickle leaf besides specs: plain numbers
+_NUMBER_LEAVES = ("int", "float")
+
+
+def _leaf_to_dict(leaf: Any) -> Any:
+    return leaf if isinstance(leaf, str) else leaf.to_dict()
+
+
+MemberSpec = TensorSpec | NpySpec | TextSpec | ImageSpec | JsonSpec | PickleSpec | BytesSpec
 _SPEC_TYPES: Mapping[str, type] = MappingProxyType(
-    {cls.kind: cls for cls in (TensorSpec, TextSpec, ImageSpec, JsonSpec, BytesSpec)}
+    {cls.kind: cls for cls in (TensorSpec, NpySpec, TextSpec, ImageSpec, JsonSpec, PickleSpec, BytesSpec)}
 )
 
 
@@ -274,38 +358,15 @@ def _validate_schema(schema: Schema, source: str) -> None:
         where = f"{source}: member {name!r}"
         if not isinstance(name, str) or not _MEMBER_NAME_RE.match(name) or name.endswith("__"):
             raise SyntheticError(
-                f"{where}: a member name is the tar suffix after '<key>.' (e.g. 'latents.pth', 'jpg') and may "
-                "contain only letters, digits, '_', '-', '.'"
+                f"{where}: a member name is the tar suffix after '<key>.' exactly as Energon's crude dict has "
+                "it (e.g. 'latents.pth', 'jpg', '.pth'): letters, digits, '_', '-', '.', starting with a letter "
+                "or digit or one leading '.'"
             )
         if not isinstance(spec, tuple(_SPEC_TYPES.values())):
             raise SyntheticError(
-                f"{where}: spec must be a TensorSpec, TextSpec, ImageSpec, JsonSpec or BytesSpec"
+                f"{where}: spec must be one of {', '.join(t.__name__ for t in _SPEC_TYPES.values())}"
             )
-        if isinstance(spec, TensorSpec):
-            _check_shape(spec.shape, f"{where}: shape")
-            if spec.dtype not in TENSOR_DTYPES:
-                raise SyntheticError(
-                    f"{where}: dtype {spec.dtype!r} is not one of {', '.join(TENSOR_DTYPES)}"
-                )
-            if spec.bucketed and len(spec.shape) < 2:
-                raise SyntheticError(
-                    f"{where}: a bucketed tensor needs at least 2 dims, got {list(spec.shape)}"
-                )
-        elif isinstance(spec, TextSpec):
-            if not (1 <= spec.min_words <= spec.max_words):
-                raise SyntheticError(f"{where}: need 1 <= min_words <= max_words")
-            if spec.long_every < 0 or spec.long_words < 1:
-                raise SyntheticError(f"{where}: long_every must be >= 0 (0 disables) and long_words >= 1")
-        elif isinstance(spec, ImageSpec):
-            size = _check_shape(spec.size, f"{where}: size")
-            if len(size) != 2:
-                raise SyntheticError(f"{where}: size must be [height, width], got {list(size)}")
-            if spec.format not in ("jpeg", "png", "webp"):
-                raise SyntheticError(f"{where}: image format must be jpeg, png or webp, got {spec.format!r}")
-            if not (1 <= spec.quality <= 100):
-                raise SyntheticError(f"{where}: quality must be in 1..100")
-        elif isinstance(spec, BytesSpec) and (not isinstance(spec.size, int) or spec.size < 1):
-            raise SyntheticError(f"{where}: size must be a positive integer")
+        _validate_spec(spec, where)
     if "encoding" in schema.subflavors:
         raise SyntheticError(f"{source}: put the encoding in 'encoding', not in 'subflavors'")
     if not schema.buckets or not all(h > 0 and w > 0 for h, w in schema.buckets):
@@ -314,13 +375,71 @@ def _validate_schema(schema: Schema, source: str) -> None:
         )
 
 
+def _validate_spec(spec: Any, where: str) -> None:
+    """Check one member or leaf spec; errors name `where`."""
+    if spec.field is not None and (not isinstance(spec.field, str) or not spec.field):
+        raise SyntheticError(f"{where}: field must be the name of the output field, got {spec.field!r}")
+    if isinstance(spec, (TensorSpec, NpySpec)):
+        _check_shape(spec.shape, f"{where}: shape")
+        if spec.dtype not in TENSOR_DTYPES:
+            raise SyntheticError(f"{where}: dtype {spec.dtype!r} is not one of {', '.join(TENSOR_DTYPES)}")
+        if isinstance(spec, NpySpec) and spec.dtype == "bfloat16":
+            raise SyntheticError(
+                f"{where}: numpy has no bfloat16; store it as raw bytes (kind: bytes, dtype: bfloat16)"
+            )
+        if isinstance(spec, TensorSpec) and spec.bucketed and len(spec.shape) < 2:
+            raise SyntheticError(f"{where}: a bucketed tensor needs at least 2 dims, got {list(spec.shape)}")
+    elif isinstance(spec, TextSpec):
+        if not (1 <= spec.min_words <= spec.max_words):
+            raise SyntheticError(f"{where}: need 1 <= min_words <= max_words")
+        if spec.long_every < 0 or spec.long_words < 1:
+            raise SyntheticError(f"{where}: long_every must be >= 0 (0 disables) and long_words >= 1")
+    elif isinstance(spec, ImageSpec):
+        size = _check_shape(spec.size, f"{where}: size")
+        if len(size) != 2:
+            raise SyntheticError(f"{where}: size must be [height, width], got {list(size)}")
+        if spec.format not in ("jpeg", "png", "webp"):
+            raise SyntheticError(f"{where}: image format must be jpeg, png or webp, got {spec.format!r}")
+        if not (1 <= spec.quality <= 100):
+            raise SyntheticError(f"{where}: quality must be in 1..100")
+    elif isinstance(spec, BytesSpec):
+        if spec.dtype is not None:
+            if spec.dtype not in TENSOR_DTYPES or spec.shape is None:
+                raise SyntheticError(
+                    f"{where}: raw tensor bytes need a dtype of {', '.join(TENSOR_DTYPES)} and a shape"
+                )
+            _check_shape(spec.shape, f"{where}: shape")
+        elif not isinstance(spec.size, int) or spec.size < 1:
+            raise SyntheticError(f"{where}: size must be a positive integer")
+    elif isinstance(spec, JsonSpec):
+        for name, leaf in spec.fields.items():
+            if not (leaf in ("int", "float") or isinstance(leaf, TextSpec)):
+                raise SyntheticError(f"{where}: json field {name!r} must be text, int or float")
+    elif isinstance(spec, PickleSpec):
+        if spec.structure not in ("dict", "value"):
+            raise SyntheticError(f"{where}: structure must be dict or value, got {spec.structure!r}")
+        if not spec.leaves or (spec.structure == "value" and len(spec.leaves) != 1):
+            raise SyntheticError(f"{where}: a pickle needs leaves (exactly one with structure: value)")
+        if not (2 <= spec.protocol <= 5):
+            raise SyntheticError(f"{where}: protocol must be 2..5")
+        for name, leaf in spec.leaves.items():
+            if not isinstance(leaf, (TensorSpec, NpySpec, TextSpec)) and leaf not in ("int", "float"):
+                raise SyntheticError(
+                    f"{where}: pickle leaf {name!r} must be a tensor, npy, text, int or float"
+                )
+            if not isinstance(leaf, str):
+                _validate_spec(leaf, f"{where}: leaf {name!r}")
+
+
 _SPEC_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "tensor": ("shape", "dtype", "bucketed"),
-        "text": ("min_words", "max_words", "non_ascii", "long_every", "long_words"),
-        "image": ("size", "format", "quality"),
-        "json": (),
-        "bytes": ("size",),
+        "tensor": ("shape", "dtype", "bucketed", "field"),
+        "npy": ("shape", "dtype", "field"),
+        "text": ("min_words", "max_words", "non_ascii", "long_every", "long_words", "field"),
+        "image": ("size", "format", "quality", "field"),
+        "json": ("fields", "field"),
+        "pickle": ("leaves", "structure", "protocol", "field"),
+        "bytes": ("size", "dtype", "shape", "field"),
     }
 )
 
@@ -355,10 +474,16 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
                 f"{where}: unknown field(s) {sorted(extra)} for kind {kind}; allowed: {', '.join(_SPEC_FIELDS[kind])}"
             )
         kwargs = {k: v for k, v in raw.items() if k != "kind"}
-        if kind == "tensor":
+        if kind in ("tensor", "npy"):
             if "shape" not in kwargs:
-                raise SyntheticError(f"{where}: a tensor member needs 'shape', e.g. shape: [16, 8, 8]")
+                raise SyntheticError(f"{where}: a {kind} member needs 'shape', e.g. shape: [16, 8, 8]")
             kwargs["shape"] = _check_shape(kwargs["shape"], f"{where}: shape")
+        if kind == "bytes" and "shape" in kwargs:
+            kwargs["shape"] = _check_shape(kwargs["shape"], f"{where}: shape")
+        if kind == "json":
+            kwargs["fields"] = _leaves_from_dict(kwargs.get("fields") or {}, f"{where}: fields")
+        if kind == "pickle":
+            kwargs["leaves"] = _leaves_from_dict(kwargs.get("leaves") or {}, f"{where}: leaves")
         if kind == "image":
             ext = member_extension(str(name))
             fmt = kwargs.get("format") or (IMAGE_FORMATS.get(ext, "JPEG").lower())
@@ -383,6 +508,30 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
         return Schema(encoding=data["encoding"], members=members, subflavors=subflavors, buckets=buckets)
     except SyntheticError as exc:
         raise SyntheticError(str(exc).replace("schema:", f"{source}:", 1)) from None
+
+
+def _leaves_from_dict(raw: Any, where: str) -> dict[str, Any]:
+    """Leaf specs of a pickle or json member: ``int``/``float``, or a spec mapping (``{kind: tensor, ...}``)."""
+    if not isinstance(raw, Mapping):
+        raise SyntheticError(f"{where} must map names to leaf specs")
+    out: dict[str, Any] = {}
+    for name, leaf in raw.items():
+        if leaf in _NUMBER_LEAVES:
+            out[str(name)] = leaf
+            continue
+        if leaf == "text":
+            leaf = {"kind": "text"}
+        if not isinstance(leaf, Mapping) or leaf.get("kind") not in ("tensor", "npy", "text"):
+            raise SyntheticError(f"{where}: {name!r} must be int, float, text or a tensor/npy/text spec")
+        kind = leaf["kind"]
+        args = {k: v for k, v in leaf.items() if k != "kind"}
+        extra = set(args) - set(_SPEC_FIELDS[kind])
+        if extra:
+            raise SyntheticError(f"{where}: {name!r}: unknown field(s) {sorted(extra)} for kind {kind}")
+        if kind in ("tensor", "npy"):
+            args["shape"] = _check_shape(args.get("shape"), f"{where}: {name!r}: shape")
+        out[str(name)] = _SPEC_TYPES[kind](**args)
+    return out
 
 
 def load_schema(path: str | PathLike[str]) -> Schema:

@@ -124,7 +124,7 @@ def test_schema_object_and_overrides(tmp_path):
             {"encoding": "x", "members": {"a.pth": {"shape": [2], "colour": 1}}},
             r"unknown field\(s\) \['colour'\]",
         ),
-        ({"encoding": "x", "members": {"a/b.pth": {"shape": [2]}}}, "may contain only letters"),
+        ({"encoding": "x", "members": {"a/b.pth": {"shape": [2]}}}, "letters, digits"),
         ({"encoding": "x", "members": {"a": {"kind": "video"}}}, "kind 'video' is not one of"),
         ({"encoding": "x y", "members": {"a.txt": {}}}, "encoding must be"),
         ({"encoding": "x", "members": {"a.txt": {}}, "subflavors": {"encoding": "y"}}, "put the encoding in"),
