@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -20,23 +21,14 @@ from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.formats import SIZES, member_kind, split_member_name
+from primus_energon.tensorfile import read_tensor
 from synthetic import ImageSpec, Schema, TensorSpec, TextSpec, builtin_schema, generate_dataset, load_schema
-from synthetic.schema import BytesSpec, JsonSpec, MemberSpec
+from synthetic.schema import TENSOR_DTYPES, BytesSpec, JsonSpec, MemberSpec, NpySpec, PickleSpec
 
-__all__ = ["Workspace", "SMALL_SHAPES", "field_candidates", "infer_schema", "read_crude"]
+__all__ = ["Workspace", "SMALL_SHAPES", "infer_schema", "read_crude"]
 
 #: Tensor shapes of the built-in preencoded format used for checks: tiny, so checks are fast.
 SMALL_SHAPES = SIZES["tiny"]
-
-
-def field_candidates(member: str, spec: MemberSpec) -> list[str]:
-    """Output field names that may hold ``member``: the schema's ``field`` if set, else the member's stem
-    (``latents.pth`` -> ``latents``), and for an image also ``images``/``image``."""
-    explicit = getattr(spec, "field", None)
-    if explicit:
-        return [explicit]
-    stem = member.split(".", 1)[0]
-    return [stem, "images", "image"] if isinstance(spec, ImageSpec) else [stem]
 
 
 @stateless
@@ -144,27 +136,76 @@ def infer_schema(dataset: str | os.PathLike) -> Schema:
 
 
 def _spec_for(member: str, data: bytes) -> MemberSpec:
-    import torch
+    """The spec of one member of a user's sample, from its kind and content (read safely)."""
+    import numpy as np
+
+    from primus_energon.safepickle import safe_loads
 
     kind, extension = member_kind(member), member.rsplit(".", 1)[-1].lower()
-    if kind == "tensor":
-        try:
-            tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            if isinstance(tensor, torch.Tensor):
-                return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
-        except Exception:  # an unreadable first sample: describe it as opaque bytes
-            pass
-        return BytesSpec(len(data))
-    if kind == "text":
-        return TextSpec()
-    if kind == "json":
-        return JsonSpec()
-    if kind == "image" and extension in ("jpg", "jpeg", "png", "webp"):
-        from PIL import Image
+    try:
+        if kind == "tensor":
+            tensor = read_tensor(data, copy=True, fallback=True)
+            return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+        if kind == "npy":
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            return NpySpec(tuple(array.shape) or (1,), str(array.dtype))
+        if kind == "pickle":
+            value = safe_loads(data)
+            if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+                leaves = {k: _leaf_spec(v) for k, v in value.items()}
+                if all(leaf is not None for leaf in leaves.values()):
+                    return PickleSpec(leaves)
+            leaf = _leaf_spec(value)
+            if leaf is not None:
+                return PickleSpec({"value": leaf}, structure="value")
+        if kind == "json":
+            document = json.loads(bytes(data))
+            if isinstance(document, dict):
+                fields = {k: _json_leaf(v) for k, v in document.items() if k != "key"}
+                return JsonSpec({k: v for k, v in fields.items() if v is not None})
+            return JsonSpec()
+        if kind == "text":
+            return TextSpec()
+        if kind == "image" and extension in ("jpg", "jpeg", "png", "webp"):
+            from PIL import Image
 
-        with Image.open(io.BytesIO(data)) as image:
-            return ImageSpec((image.height, image.width), format={"jpg": "jpeg"}.get(extension, extension))
-    return BytesSpec(len(data))
+            with Image.open(io.BytesIO(data)) as image:
+                return ImageSpec(
+                    (image.height, image.width), format={"jpg": "jpeg"}.get(extension, extension)
+                )
+    except Exception:  # an unreadable first sample: describe the member as opaque bytes of its size
+        pass
+    return BytesSpec(max(1, len(data)))
+
+
+def _leaf_spec(value: Any) -> Any:
+    """The spec of one leaf of a pickled structure, or None when the generator cannot write it."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return TensorSpec(tuple(value.shape) or (1,), dtype) if dtype in TENSOR_DTYPES else None
+    if isinstance(value, np.ndarray):
+        dtype = str(value.dtype)
+        return NpySpec(tuple(value.shape) or (1,), dtype) if dtype in TENSOR_DTYPES else None
+    if isinstance(value, str):
+        return TextSpec()
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return None
+
+
+def _json_leaf(value: Any) -> Any:
+    if isinstance(value, str):
+        return TextSpec()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return "int" if isinstance(value, int) else "float"
 
 
 @dataclass

@@ -25,11 +25,12 @@ from typing import Any
 
 from megatron.energon import SkipSample
 
-from synthetic import ImageSpec, TensorSpec, TextSpec
+from synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook, worker_context
+from ..oracle import holds, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
 from ..runner import child_env, child_target_args, finish, runner_command, start, stop
@@ -48,7 +49,8 @@ CLAIMS = claims_of(
     ),
     (
         "missing_member",
-        "a sample without a required member raises an error (no silent default, no silent skip, no hang)",
+        "a sample without a required member (or a leaf of a pickled dict) raises an error (no silent default, "
+        "no silent skip, no hang)",
         Harm.BAD_INPUT,
         "raise an error when a required member is missing",
     ),
@@ -95,10 +97,10 @@ def _not_a_tensor(value: bytes) -> bytes:
     member of the wrong type that every tensor reader decodes without complaint."""
     import torch
 
-    from ._common import expected_value
+    from ..oracle import decode_member
 
     buffer = io.BytesIO()
-    torch.save({"tensor": expected_value(TensorSpec(()), value)}, buffer)
+    torch.save({"tensor": decode_member(TensorSpec(()), value)}, buffer)
     return buffer.getvalue()
 
 
@@ -110,11 +112,23 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
         return
     if isinstance(spec, TextSpec):
         yield "not UTF-8", "bytes", b"caption \xff\xfe\xfd not utf-8"
-    elif isinstance(spec, (TensorSpec, ImageSpec)):
+    elif isinstance(spec, (TensorSpec, ImageSpec, NpySpec, PickleSpec)):
         yield "truncated", "bytes", bytes(value[: len(value) // 2])
         yield "garbage bytes", "bytes", b"\x00garbage\xff" * 8
+    elif isinstance(spec, BytesSpec) and spec.dtype is not None and len(value) > 1:
+        # raw tensor bytes have no header: a cut-short member decodes to a shorter tensor unless checked
+        yield "truncated", "bytes", bytes(value[: len(value) // 2])
     if isinstance(spec, TensorSpec):
         yield "a dict instead of a tensor", "bytes", _not_a_tensor(bytes(value))
+    if isinstance(spec, PickleSpec) and spec.structure == "dict":
+        from primus_energon.safepickle import safe_loads
+        from synthetic.payloads import pickle_bytes
+
+        structure = safe_loads(bytes(value))
+        for leaf in spec.leaves:
+            if isinstance(structure, dict) and leaf in structure:
+                rest = {k: v for k, v in structure.items() if k != leaf}
+                yield f"leaf {leaf!r} missing", "bytes", pickle_bytes(rest, spec.protocol)
 
 
 def _outcome(
@@ -166,7 +180,7 @@ def _outcome(
 def _judge(
     ctx: CheckContext, claims: ClaimRecorder, label: str, what: str, key: str, kind: str, value: Any
 ) -> None:
-    with claims.claim(_CLAIM_OF[label]) as claim:
+    with claims.claim(_CLAIM_OF.get(label, "missing_member")) as claim:  # "leaf 'x' missing"
         claim.examined()
         if kind == "hang":
             claim.problem(
@@ -208,8 +222,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
             continue
         template = raw[0]
+        clean = cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed)
         for member, spec in schema.members.items():
             if member not in template:
+                continue
+            if not is_required(schema.encoding, spec) and not holds(clean, member, spec, template[member]):
+                # the target does not use this member (a provenance sidecar): its faults cannot reach training
+                details.setdefault("members_not_used", []).append(member)
                 continue
             for label, stage, bad in _mutations(spec, template[member]):
                 if label == "missing" and (schema.encoding, member) in OPTIONAL_MEMBERS:

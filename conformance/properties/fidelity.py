@@ -13,14 +13,23 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthetic import ImageSpec, TensorSpec, TextSpec
-from synthetic.schema import FLOAT_DTYPES, MemberSpec
+from synthetic.schema import FLOAT_DTYPES, JsonSpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook
+from ..oracle import (
+    Expectation,
+    claim_of,
+    decode_member,
+    difference,
+    expectations,
+    fields,
+    is_required,
+    locate,
+)
 from ..results import PropertyFailure
-from ._common import compare, decode_like_target, expected_value, field_names, find_field
+from ._common import decode_like_target
 
 CLAIMS = claims_of(
     "fidelity",
@@ -62,6 +71,13 @@ CLAIMS = claims_of(
         "pass the member on as decoded",
     ),
     (
+        "unmatched",
+        "every member reaches some output field (a member the format does not require may be dropped)",
+        Harm.ADVICE,
+        "name the member's output field in the schema (`field:`) if the cooker renames it; a provenance "
+        "sidecar the cooker drops on purpose needs nothing",
+    ),
+    (
         "payloads",
         "the same holds for hypothesis-drawn tensor values, dtypes and caption texts",
         Harm.DATA,
@@ -70,34 +86,69 @@ CLAIMS = claims_of(
 )
 
 
-_NOUN = {"tensors": "tensor", "text": "text", "images": "image", "other": "JSON or bytes"}
+_NOUN = {"tensors": "tensor", "text": "text", "images": "image", "other": "JSON, number or bytes"}
 
 
-def _claim_of(spec: MemberSpec) -> str:
-    if isinstance(spec, TensorSpec):
-        return "tensors"
-    if isinstance(spec, TextSpec):
-        return "text"
-    if isinstance(spec, ImageSpec):
-        return "images"
-    return "other"
+def _leaf_kinds(spec: Any) -> set[str]:
+    """The claims a member's leaves belong to (a pickle of tensors: tensors)."""
+    if isinstance(spec, PickleSpec):
+        return {claim_of(leaf) for leaf in spec.leaves.values()}
+    if isinstance(spec, JsonSpec) and spec.fields:
+        return {claim_of(leaf) for leaf in spec.fields.values()}
+    return {claim_of(spec)}
 
 
-def _member_problem(spec: MemberSpec, member: str, raw: Any, output: Any) -> str | None:
-    name, observed = find_field(output, member, spec)
-    if name is None:
-        return (
-            f"the output has no field for member {member!r} (fields: {field_names(output)}), so the member is "
-            f"lost; name the field in the schema (`field:`) if it is not {member.split('.', 1)[0]!r}"
-        )
-    if observed is None:
-        return f"field {name!r} is None: member {member!r} is lost"
-    problem = compare(spec, expected_value(spec, raw), observed)
-    return f"field {name!r} does not equal member {member!r}: {problem}" if problem else None
+def _judge(
+    claims: ClaimRecorder, expected: Expectation, output: Any, where: str, key: str, only: str | None
+) -> None:
+    """Locate one expectation in the output and record the verdict on its claim."""
+    name = claim_of(expected.spec) if only is None else only
+    field_name, how = locate(expected, output)
+    if field_name is None:
+        missing = f"{where}: no output field holds {expected.what} (fields: {sorted(fields(output))})"
+        if expected.required:
+            with claims.claim(name) as claim:
+                claim.examined()
+                claim.problem(f"{missing}, so it is lost", sample=key)
+        else:
+            with claims.claim("unmatched") as claim:
+                claim.examined()
+                claim.problem(missing, sample=key)
+        return
+    with claims.claim(name) as claim:
+        claim.examined()
+        if how == "by raw bytes":
+            return
+        problem = difference(expected, fields(output)[field_name])
+        if problem:
+            claim.problem(
+                f"{where}: field {field_name!r} ({how}) does not equal {expected.what}: {problem}", sample=key
+            )
+    with claims.claim("unmatched") as claim:
+        claim.examined()
+
+
+def _mismatch(spec: Any, member: str, data: bytes, output: Any) -> str | None:
+    """What differs between a member (each of its leaves) and the output field that holds it; a member no
+    field holds is left to the main datasets' verdicts (lost or unmatched)."""
+    for expected in expectations(member, spec, data, required=False):
+        field_name, how = locate(expected, output)
+        if field_name is None or how == "by raw bytes":
+            continue
+        problem = difference(expected, fields(output)[field_name])
+        if problem:
+            return f"field {field_name!r} ({how}) does not equal {expected.what}: {problem}"
+    return None
 
 
 def _check_dataset(
-    ctx: CheckContext, claims: ClaimRecorder, members: dict, path: Any, label: str, dtype_claim: bool
+    ctx: CheckContext,
+    claims: ClaimRecorder,
+    members: dict,
+    path: Any,
+    label: str,
+    dtype_claim: bool,
+    schema: Any = None,
 ) -> dict | None:
     """Cook every sample of ``path`` and compare each member; returns the first raw sample (a template)."""
     raw = ctx.raw(path)
@@ -116,18 +167,15 @@ def _check_dataset(
                 claim.problem(f"{where}: {error.message}")
                 continue
             cooked.append((sample, output))
-    for member, spec in members.items():
-        name = "dtypes" if dtype_claim and isinstance(spec, TensorSpec) else _claim_of(spec)
-        if dtype_claim and name != "dtypes":
-            continue
-        with claims.claim(name) as claim:
-            for sample, output in cooked:
-                if member not in sample:
-                    continue
-                claim.examined()
-                problem = _member_problem(spec, member, sample[member], output)
-                if problem:
-                    claim.problem(f"{where}: {problem}", sample=sample["__key__"])
+    schema = ctx.workspace.schema(ctx.encodings()[0]) if schema is None else schema
+    for sample, output in cooked:
+        for member, spec in members.items():
+            if member not in sample or (dtype_claim and not isinstance(spec, TensorSpec)):
+                continue
+            for expected in expectations(
+                member, spec, sample[member], required=is_required(schema.encoding, spec)
+            ):
+                _judge(claims, expected, output, where, sample["__key__"], "dtypes" if dtype_claim else None)
     return raw[0] if raw else None
 
 
@@ -144,16 +192,16 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     for encoding in ctx.encodings():
         schema = ctx.workspace.schema(encoding)
         members = dict(schema.members)
-        kinds_seen |= {_claim_of(spec) for spec in members.values()}
+        kinds_seen |= {kind for spec in members.values() for kind in _leaf_kinds(spec)}
         has_float = any(isinstance(s, TensorSpec) and s.dtype in FLOAT_DTYPES for s in members.values())
         float_seen |= has_float
         main = ctx.main_dataset(encoding)
-        template = _check_dataset(ctx, claims, members, main, "main", dtype_claim=False)
+        template = _check_dataset(ctx, claims, members, main, "main", dtype_claim=False, schema=schema)
         checked += len(ctx.raw(main))
         if has_float:
             for dtype in ("bfloat16", "float16"):
                 path = ctx.workspace.generated(encoding, f"dtype-{dtype}", dtype=dtype, num_samples=16)
-                _check_dataset(ctx, claims, members, path, dtype, dtype_claim=True)
+                _check_dataset(ctx, claims, members, path, dtype, dtype_claim=True, schema=schema)
                 checked += len(ctx.raw(path))
         if template is not None:
             if any(isinstance(spec, TextSpec) and m in template for m, spec in members.items()):
@@ -164,6 +212,10 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     for name in ("tensors", "text", "images", "other"):
         if name not in kinds_seen:
             claims.not_applicable(name, f"the data format has no {_NOUN[name]} members")
+        else:  # seen, but no output field holds one, and none is required: fidelity/unmatched says so
+            claims.not_applicable(
+                name, f"no output field holds a {_NOUN[name]} member (see fidelity/unmatched)"
+            )
     if not float_seen:
         claims.not_applicable("dtypes", "the data format has no floating-point tensor members")
     if not any(k in kinds_seen for k in ("tensors", "text")):
@@ -192,7 +244,7 @@ def _edge_cases(ctx: CheckContext, members: dict, template: dict) -> int:
         sample.update({m: text.encode("utf-8") for m in text_members})
         output = cook(ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed)
         for member in text_members:
-            problem = _member_problem(members[member], member, sample[member], output)
+            problem = _mismatch(members[member], member, sample[member], output)
             if problem:
                 raise PropertyFailure(
                     f"caption edge case {text[:40]!r}: sample {sample['__key__']!r}: {problem}"
@@ -222,7 +274,7 @@ def _hypothesis_payloads(ctx: CheckContext, members: dict, template: dict) -> in
                 )
                 seed = data.draw(st.integers(0, 2**31 - 1), label=f"{member} seed")
                 scale = data.draw(st.sampled_from([1.0, 1e-30, 1e4, 1e38]), label=f"{member} scale")
-                shape = expected_value(spec, sample[member]).shape
+                shape = decode_member(spec, sample[member]).shape
                 generator = torch.Generator().manual_seed(seed)
                 tensor = (torch.randn(shape, generator=generator) * scale).to(dtype)
                 sample[member] = _tensor_bytes(tensor)
@@ -232,7 +284,7 @@ def _hypothesis_payloads(ctx: CheckContext, members: dict, template: dict) -> in
         output = cook(ctx.target, decode_like_target(ctx, sample), sample_index=counter["n"], seed=ctx.seed)
         for member, spec in members.items():
             if member in sample and isinstance(spec, (TensorSpec, TextSpec)):
-                problem = _member_problem(spec, member, sample[member], output)
+                problem = _mismatch(spec, member, sample[member], output)
                 if problem:
                     raise PropertyFailure(f"hypothesis payload for sample {sample['__key__']!r}: {problem}")
 

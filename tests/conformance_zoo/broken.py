@@ -429,6 +429,15 @@ def cook_shared_constant_field(sample: dict) -> dict[str, Any]:
     }
 
 
+@stateless
+def cook_drops_caption(sample: dict) -> dict[str, Any]:
+    """Keeps the tensors, drops the (optional) caption: advice, not a defect."""
+    good = _good(sample)
+    return {**basic_sample_keys(sample), **{f: getattr(good, f) for f in _MEMBERS}}
+
+
+_EXAMPLES = str(__import__("pathlib").Path(__file__).parents[2] / "synthetic" / "examples")
+
 #: name -> (kind, spec, options, the claim that must catch it, the verdict it must give: "fail" for a
 #: defect, "advice" for an opinion that never fails the run)
 BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
@@ -639,6 +648,34 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "UnseededAugmentationTaskEncoder",
         {},
         "resume/checkpoint",
+        "fail",
+    ),
+    "drops the caption": (
+        "cooker",
+        "cook_drops_caption",
+        {"encoding": "preencoded"},
+        "fidelity/unmatched",
+        "advice",
+    ),
+    "bf16 bytes read as float16": (
+        "cooker",
+        "formats:cook_mlperf_as_float16",
+        {"schema": _EXAMPLES + "/mlperf_numpy.yaml"},
+        "fidelity/tensors",
+        "fail",
+    ),
+    "zero default for a missing pickled embedding": (
+        "cooker",
+        "formats:cook_dfm_zero_pooled",
+        {"schema": _EXAMPLES + "/dfm_flux.yaml"},
+        "bad_input/missing_member",
+        "fail",
+    ),
+    "pickle.loads on a pickled member": (
+        "cooker",
+        "formats:cook_dfm_unpickles",
+        {"schema": _EXAMPLES + "/dfm_flux.yaml"},
+        "bad_input/code_execution",
         "fail",
     ),
 }

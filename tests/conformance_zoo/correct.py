@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -227,6 +228,21 @@ class TorchRgbImagesTaskEncoder(DefaultTaskEncoder):
         }
 
 
+@stateless
+def cook_renamed_fields(sample: dict) -> dict[str, Any]:
+    """Its own field names: the suite finds each member by value."""
+    cooked = cook_plain_errors(sample)
+    return {
+        **basic_sample_keys(sample),
+        "z": cooked["latents"],
+        "text_states": cooked["prompt_embeds"],
+        "text_pooled": cooked["pooled_prompt_embeds"],
+        "prompt": cooked["caption"],
+    }
+
+
+_EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
+
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
     "dict-output cooker": (
@@ -251,6 +267,26 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "task_encoder",
         "tests.conformance_zoo.correct:TorchRgbImagesTaskEncoder",
         {},
+    ),
+    "DFM FLUX layout (pickled embeddings, json caption)": (
+        "cooker",
+        "tests.conformance_zoo.formats:cook_dfm_flux",
+        {"schema": str(_EXAMPLES / "dfm_flux.yaml")},
+    ),
+    "NeMo layout (leading-dot members, pickled numpy)": (
+        "cooker",
+        "tests.conformance_zoo.formats:cook_nemo",
+        {"schema": str(_EXAMPLES / "nemo.yaml")},
+    ),
+    "Primus MLPerf numpy layout (raw bfloat16 bytes)": (
+        "cooker",
+        "tests.conformance_zoo.formats:cook_mlperf_numpy",
+        {"schema": str(_EXAMPLES / "mlperf_numpy.yaml")},
+    ),
+    "renamed output fields": (
+        "cooker",
+        "tests.conformance_zoo.correct:cook_renamed_fields",
+        {"encoding": "preencoded"},
     ),
     "bare-stack dict-batch TaskEncoder": (
         "task_encoder",

@@ -1,0 +1,276 @@
+"""The fidelity oracle: which output field holds a member (or a leaf of a structured member), and whether
+it holds it exactly.
+
+A member's expected value is read from its bytes by the suite's own safe readers: ``read_tensor`` for
+``.pth``, ``safe_loads`` for pickles, ``np.load(allow_pickle=False)`` for ``.npy``, the declared dtype and
+shape for raw tensor bytes, strict UTF-8 for text, Pillow for images, ``json.loads`` for JSON. A
+structured member (a pickled dict, JSON with declared fields) is checked leaf by leaf.
+
+The field is found, in this order, **by ``field:``** (the schema names it), **by name** (the member's stem,
+``latents.pth`` -> ``latents``, or the leaf's name; ``images``/``image`` for an image) or **by value** (the
+one output field whose value equals the expected one, or whose raw bytes equal the member's: a renamed
+field, ``t5.bytes`` decoded into ``prompt_embeds``, NeMo's ``png`` cooked into ``hint``). Tensors compare
+bitwise (a NaN equals the same NaN), a numpy array also equals the torch tensor made from it. Every match
+says how it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from primus_energon.safepickle import safe_loads
+from primus_energon.tensorfile import read_tensor
+from synthetic.schema import (
+    BytesSpec,
+    ImageSpec,
+    JsonSpec,
+    MemberSpec,
+    NpySpec,
+    PickleSpec,
+    TensorSpec,
+    TextSpec,
+)
+
+__all__ = [
+    "Expectation",
+    "expectations",
+    "claim_of",
+    "decode_member",
+    "locate",
+    "difference",
+    "fields",
+    "holds",
+    "is_required",
+    "MISSING",
+]
+
+MISSING = object()
+
+
+@dataclass
+class Expectation:
+    """One value a cooked sample must carry: a member, or one leaf of a structured member."""
+
+    member: str
+    leaf: str | None
+    spec: Any  # a member or leaf spec, or "int"/"float"
+    value: Any
+    raw: bytes | None  # the member's bytes, for a match of raw bytes
+    names: list[str]  # field names to look for, in order
+    explicit: bool  # the names come from `field:`
+    required: bool
+
+    @property
+    def what(self) -> str:
+        return f"member {self.member!r}" + (f" leaf {self.leaf!r}" if self.leaf else "")
+
+
+def claim_of(spec: Any) -> str:
+    """The fidelity claim a member or leaf belongs to."""
+    if isinstance(spec, (TensorSpec, NpySpec)) or (isinstance(spec, BytesSpec) and spec.dtype is not None):
+        return "tensors"
+    if isinstance(spec, TextSpec):
+        return "text"
+    if isinstance(spec, ImageSpec):
+        return "images"
+    return "other"
+
+
+def decode_member(spec: MemberSpec, data: bytes) -> Any:
+    """The value a faithful reader gets from a member's bytes (see the module docstring)."""
+    data = bytes(data)
+    if isinstance(spec, TensorSpec):
+        return read_tensor(data, copy=True, fallback=True)
+    if isinstance(spec, NpySpec):
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    if isinstance(spec, PickleSpec):
+        return safe_loads(data)
+    if isinstance(spec, BytesSpec) and spec.dtype is not None:
+        dtype = getattr(torch, spec.dtype)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(spec.shape or (-1,))
+    if isinstance(spec, TextSpec):
+        return data.decode("utf-8")
+    if isinstance(spec, ImageSpec):
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("RGB"))
+    if isinstance(spec, JsonSpec):
+        return json.loads(data)
+    return data
+
+
+def _names(member: str, spec: Any, leaf: str | None) -> tuple[list[str], bool]:
+    explicit = getattr(spec, "field", None)
+    if explicit:
+        return [explicit], True
+    if leaf is not None:
+        return [leaf], False
+    stem = member.split(".", 1)[0]
+    names = [stem] if stem else []
+    return (names + ["images", "image"] if isinstance(spec, ImageSpec) else names), False
+
+
+def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) -> Iterator[Expectation]:
+    """What a cooked sample must carry for one member: the member itself, or each leaf of a pickled dict or
+    of JSON with declared fields (a pickle of one value, ``structure: value``, is one expectation)."""
+    value = decode_member(spec, data)
+    if isinstance(spec, PickleSpec) and spec.structure == "dict" and isinstance(value, Mapping):
+        for leaf, leaf_spec in spec.leaves.items():
+            names, explicit = _names(member, leaf_spec, leaf)
+            yield Expectation(
+                member, leaf, leaf_spec, value.get(leaf, MISSING), None, names, explicit, required
+            )
+        return
+    if isinstance(spec, JsonSpec) and spec.fields and isinstance(value, Mapping):
+        for leaf, leaf_spec in spec.fields.items():
+            names, explicit = _names(member, leaf_spec, leaf)
+            yield Expectation(
+                member, leaf, leaf_spec, value.get(leaf, MISSING), None, names, explicit, required
+            )
+        return
+    if isinstance(spec, PickleSpec) and spec.structure == "value":
+        leaf_spec = next(iter(spec.leaves.values()))
+        names, explicit = _names(member, spec, None)
+        yield Expectation(member, None, leaf_spec, value, None, names, explicit, required)
+        return
+    names, explicit = _names(member, spec, None)
+    yield Expectation(member, None, spec, value, data, names, explicit, required)
+
+
+def is_required(encoding: str, spec: Any) -> bool:
+    """Whether a member no output field holds is a defect (lost data) rather than advice: the built-in
+    formats' tensor and image members, and any member whose field the schema names."""
+    from primus_energon.formats import BUILTIN_ENCODINGS
+
+    if getattr(spec, "field", None):
+        return True
+    return encoding in BUILTIN_ENCODINGS and claim_of(spec) in ("tensors", "images")
+
+
+def holds(output: Any, member: str, spec: MemberSpec, data: bytes) -> bool:
+    """Whether some output field holds the member (any of its leaves)."""
+    return any(
+        locate(expected, output)[0] is not None
+        for expected in expectations(member, spec, data, required=False)
+    )
+
+
+def fields(output: Any) -> dict[str, Any]:
+    """The output's fields by name (a dict's items, a dataclass's fields, else public attributes)."""
+    if isinstance(output, Mapping):
+        return {str(k): v for k, v in output.items()}
+    if dataclasses.is_dataclass(output):
+        return {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
+    return {
+        n: getattr(output, n)
+        for n in dir(output)
+        if not n.startswith("_") and not callable(getattr(output, n))
+    }
+
+
+def _as_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+        return torch.from_numpy(np.ascontiguousarray(value))
+    return None
+
+
+def _bits(tensor: torch.Tensor) -> bytes:
+    flat = tensor.contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def _image_array(value: Any) -> np.ndarray | None:
+    if isinstance(value, Image.Image):
+        return np.asarray(value.convert("RGB"))
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        if tensor.ndim == 3 and tensor.shape[0] in (1, 3, 4) and tensor.shape[-1] not in (1, 3, 4):
+            tensor = tensor.permute(1, 2, 0)
+        if tensor.is_floating_point():
+            tensor = (tensor * 255).round().clamp(0, 255).to(torch.uint8)
+        return tensor.numpy()
+    return None
+
+
+def difference(expected: Expectation, observed: Any) -> str | None:
+    """None when ``observed`` holds the expected value exactly, else what differs."""
+    want = expected.value
+    if observed is None:
+        return "it is None"
+    if isinstance(expected.spec, ImageSpec):
+        array = _image_array(observed)
+        if array is None:
+            return f"expected an image (PIL, array or tensor), observed a {type(observed).__name__}"
+        if array.shape != want.shape:
+            return f"image shape {list(array.shape)}, expected {list(want.shape)} (HWC RGB)"
+        if not np.array_equal(array, want):
+            return f"pixels differ ({int((array != want).sum())} of {array.size} values)"
+        return None
+    want_tensor = _as_tensor(want)
+    if want_tensor is not None:
+        got = _as_tensor(observed)
+        if got is None:
+            return f"expected a tensor, observed a {type(observed).__name__}"
+        if got.dtype != want_tensor.dtype:
+            return f"dtype {str(got.dtype).removeprefix('torch.')}, expected {str(want_tensor.dtype).removeprefix('torch.')}"
+        if tuple(got.shape) != tuple(want_tensor.shape):
+            return f"shape {list(got.shape)}, expected {list(want_tensor.shape)}"
+        if _bits(got) != _bits(want_tensor):
+            diff = (got.double() - want_tensor.double()).abs().nan_to_num(nan=float("inf"))
+            return f"values differ (max abs difference {diff.max().item():.3g} at {int(diff.argmax())} of {diff.numel()})"
+        return None
+    if isinstance(want, str):
+        if not isinstance(observed, str):
+            return f"expected str, observed a {type(observed).__name__}"
+        if observed != want:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(observed, want, strict=False)) if a != b),
+                min(len(observed), len(want)),
+            )
+            return (
+                f"text differs at character {at}: observed {observed[max(0, at - 10) : at + 20]!r}, "
+                f"expected {want[max(0, at - 10) : at + 20]!r} (lengths {len(observed)} and {len(want)})"
+            )
+        return None
+    if type(observed) is not type(want) and not (
+        isinstance(want, (int, float)) and isinstance(observed, (int, float))
+    ):
+        return f"observed a {type(observed).__name__}, expected a {type(want).__name__}"
+    return None if observed == want else f"observed {observed!r:.120}, expected {want!r:.120}"
+
+
+def _same_raw_bytes(expected: Expectation, observed: Any) -> bool:
+    tensor = _as_tensor(observed)
+    return expected.raw is not None and tensor is not None and _bits(tensor) == expected.raw
+
+
+def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
+    """The output field that holds the expectation and how it was found (``by field:``, ``by name``,
+    ``by value``, ``by raw bytes``), or ``(None, "")``."""
+    present = fields(output)
+    for name in expected.names:
+        if name in present:
+            return name, "by field:" if expected.explicit else "by name"
+    if expected.explicit or expected.value is MISSING:
+        return None, ""
+    for name, value in present.items():
+        if name.startswith("__") or value is None:
+            continue
+        if difference(expected, value) is None:
+            return name, "by value"
+    for name, value in present.items():
+        if not name.startswith("__") and _same_raw_bytes(expected, value):
+            return name, "by raw bytes"
+    return None, ""
