@@ -7,9 +7,10 @@ shape for raw tensor bytes, strict UTF-8 for text, Pillow for images, ``json.loa
 structured member (a pickled dict, JSON with declared fields) is checked leaf by leaf.
 
 The field is found, in this order, **by ``field:``** (the schema names it), **by name** (the member's stem,
-``latents.pth`` -> ``latents``, or the leaf's name; ``images``/``image`` for an image) or **by value** (the
-one output field whose value equals the expected one, or whose raw bytes equal the member's: a renamed
-field, ``t5.bytes`` decoded into ``prompt_embeds``, NeMo's ``png`` cooked into ``hint``). Tensors compare
+``latents.pth`` -> ``latents``, or the leaf's name), **by value** (the output field whose value equals the
+expected one, or whose raw bytes equal the member's: a renamed field, ``t5.bytes`` decoded into
+``prompt_embeds``, NeMo's ``png`` cooked into ``hint``), and last by the generic image names
+``images``/``image`` (so a resized image is still found, and reported). Tensors compare
 bitwise (a NaN equals the same NaN), a numpy array also equals the torch tensor made from it. Every match
 says how it was made.
 """
@@ -68,6 +69,7 @@ class Expectation:
     names: list[str]  # field names to look for, in order
     explicit: bool  # the names come from `field:`
     required: bool
+    aliases: tuple[str, ...] = ()  # generic names (``images``), tried only after a match by value
 
     @property
     def what(self) -> str:
@@ -114,8 +116,14 @@ def _names(member: str, spec: Any, leaf: str | None) -> tuple[list[str], bool]:
     if leaf is not None:
         return [leaf], False
     stem = member.split(".", 1)[0]
-    names = [stem] if stem else []
-    return (names + ["images", "image"] if isinstance(spec, ImageSpec) else names), False
+    return ([stem] if stem else []), False
+
+
+def _aliases(spec: Any, explicit: bool) -> tuple[str, ...]:
+    # An image member's field is conventionally `images`/`image` whatever the member is called; with two
+    # image members (NeMo's jpg image and png control image) only one of them is that field, so the
+    # generic name ranks below a match by value.
+    return ("images", "image") if isinstance(spec, ImageSpec) and not explicit else ()
 
 
 def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) -> Iterator[Expectation]:
@@ -142,7 +150,7 @@ def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) 
         yield Expectation(member, None, leaf_spec, value, None, names, explicit, required)
         return
     names, explicit = _names(member, spec, None)
-    yield Expectation(member, None, spec, value, data, names, explicit, required)
+    yield Expectation(member, None, spec, value, data, names, explicit, required, _aliases(spec, explicit))
 
 
 def is_required(encoding: str, spec: Any) -> bool:
@@ -258,7 +266,7 @@ def _same_raw_bytes(expected: Expectation, observed: Any) -> bool:
 
 def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
     """The output field that holds the expectation and how it was found (``by field:``, ``by name``,
-    ``by value``, ``by raw bytes``), or ``(None, "")``."""
+    ``by value``, ``by raw bytes``, then ``by name`` for a generic image field), or ``(None, "")``."""
     present = fields(output)
     for name in expected.names:
         if name in present:
@@ -273,4 +281,7 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
     for name, value in present.items():
         if not name.startswith("__") and _same_raw_bytes(expected, value):
             return name, "by raw bytes"
+    for name in expected.aliases:
+        if name in present:
+            return name, "by name"
     return None, ""

@@ -283,6 +283,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.formats:cook_mlperf_numpy",
         {"schema": str(_EXAMPLES / "mlperf_numpy.yaml")},
     ),
+    "NeMo raw layout (png control image cooked into hint)": (
+        "cooker",
+        "tests.conformance_zoo.formats:cook_nemo_raw_images",
+        {"schema": str(_EXAMPLES / "nemo_raw.yaml")},
+    ),
     "renamed output fields": (
         "cooker",
         "tests.conformance_zoo.correct:cook_renamed_fields",

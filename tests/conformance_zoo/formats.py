@@ -140,3 +140,23 @@ def cook_dfm_unpickles(sample: dict) -> dict[str, Any]:
         "pooled_prompt_embeds": embeddings["pooled_prompt_embeds"],
         "caption": json.loads(sample["json"])["caption"],
     }
+
+
+NEMO_RAW_SCHEMA = str(EXAMPLES / "nemo_raw.yaml")
+
+
+@stateless
+def cook_nemo_raw_images(sample: dict) -> dict[str, Any]:
+    """NeMo's raw images: `jpg` is the image, `png` the control image (field `hint`), `txt` the caption."""
+    from PIL import Image
+
+    def image(member: str) -> Any:
+        with Image.open(io.BytesIO(sample[member])) as opened:
+            return opened.convert("RGB")
+
+    return {
+        **basic_sample_keys(sample),
+        "images": image("jpg"),
+        "hint": image("png"),
+        "txt": sample["txt"].decode("utf-8"),
+    }
