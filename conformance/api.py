@@ -27,20 +27,20 @@ def make_context(
     profile: str = "ci",
     seed: int = 0,
     encoding: str | None = None,
-    schema: str | None = None,
+    schema: str | list[str] | tuple[str, ...] | None = None,
     dataset: str | None = None,
     min_samples_per_s: float | None = None,
     strict: bool = False,
     timeout_s: float | None = None,
     call_timeout_s: float | None = None,
 ) -> CheckContext:
-    workspace = Workspace(Path(workdir), seed=seed, schema_file=schema, dataset=dataset)
+    workspace = Workspace(Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset)
     timeouts = {}
     if timeout_s is not None:
         timeouts["timeout_s"] = float(timeout_s)
     if call_timeout_s is not None:
         timeouts["call_timeout_s"] = float(call_timeout_s)
-    return CheckContext(
+    ctx = CheckContext(
         target=target,
         workspace=workspace,
         profile=get_profile(profile),
@@ -50,6 +50,10 @@ def make_context(
         strict=strict,
         **timeouts,
     )
+    problem = ctx.format_problem()
+    if problem:
+        raise ValueError(f"{target.describe()}: {problem}")
+    return ctx
 
 
 def run_property(
@@ -67,7 +71,15 @@ def run_property(
         result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)
+    result.formats = copy.deepcopy(ctx.cached("formats", lambda: _formats(ctx)))
     return result
+
+
+def _formats(ctx: CheckContext) -> dict[str, Any]:
+    try:
+        return ctx.formats()
+    except Exception as error:  # the data could not be described; the claims say why
+        return {"checked": [], "not_checked": [], "error": f"{type(error).__name__}: {error}"}
 
 
 def _run(prop: Property, ctx: CheckContext, blocker: str | None) -> PropertyResult:
@@ -173,7 +185,7 @@ def _indent(text: str) -> str:
 
 def _guessed_encoding(ctx: CheckContext) -> bool:
     """True when the data format was a guess: no encoding from the cookers, the options or the data."""
-    return not (ctx.encoding or ctx.workspace.dataset or ctx.workspace.schema_file) and all(
+    return not (ctx.encoding or ctx.workspace.dataset or ctx.workspace.schema_files) and all(
         (c.has_subflavors or {}).get("encoding") is None for c in ctx.target.cookers
     )
 

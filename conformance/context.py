@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from synthetic import example_schemas
+
 from .data import Workspace, read_crude
 from .profiles import Profile
 from .target import Target
@@ -39,20 +41,73 @@ class CheckContext:
     read_errors: list[str] = field(default_factory=list)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
-    def encodings(self) -> list[str | None]:
-        """One encoding per distinct data format the target cooks (a TaskEncoder may have several)."""
-        if self.encoding:
-            return [self.encoding]
-        if self.workspace.dataset or self.workspace.schema_file:
-            return [self.workspace.schema(None).encoding]
+    def __post_init__(self) -> None:
+        if not self.workspace.together and not self.workspace.dataset:
+            # The formats checked together share their tensor fields' shapes (Workspace.schema).
+            self.workspace.together = tuple(self.encodings())
+
+    def declared_encodings(self) -> list[str | None]:
+        """The ``encoding`` subflavor each of the target's cookers asks for, in cooker order (None: any)."""
         seen: list[str | None] = []
         for cooker in self.target.cookers:
             value = (cooker.has_subflavors or {}).get("encoding")
             value = None if value is None else str(value)
             if value not in seen:
                 seen.append(value)
-        supported = [e for e in seen if e in (None, "preencoded", "raw")]
-        return supported or seen[:1] or [None]
+        return seen
+
+    def encodings(self) -> list[str | None]:
+        """One encoding per data format the target is checked on: ``--conformance-encoding``; the user's
+        dataset's; the ``--conformance-schema`` files'; else every format the target's cookers declare that
+        the suite has data for (built in or a shipped example schema; see :meth:`formats`)."""
+        if self.encoding:
+            return [self.encoding]
+        if self.workspace.dataset:
+            return [self.workspace.schema(None).encoding]
+        if self.workspace.schema_files:
+            return list(dict.fromkeys(s.encoding for s in self.workspace.user_schemas()))
+        declared = self.declared_encodings()
+        known = [e for e in declared if self.workspace.knows(e)]
+        if None in known and len(known) > 1 and "preencoded" in known:
+            known.remove(None)  # a catch-all cooker and a preencoded one: the same data
+        return known or declared[:1] or [None]
+
+    def format_problem(self) -> str | None:
+        """Why no format of the target can be checked (every encoding its cookers declare is unknown and
+        no option gives data), else None."""
+        if self.encoding or self.workspace.dataset or self.workspace.schema_files:
+            return None
+        declared = self.declared_encodings()
+        if declared and not any(self.workspace.knows(e) for e in declared):
+            names = ", ".join(repr(e) for e in declared)
+            return (
+                f"its cookers ask for encoding {names}, which the suite has no data for (it knows preencoded, "
+                f"raw and the example formats {', '.join(sorted(example_schemas()))}): pass "
+                "--conformance-schema FILE describing each format, or --conformance-dataset PATH"
+            )
+        return None
+
+    def formats(self) -> dict[str, Any]:
+        """The formats checked (encoding and where its layout came from) and those the target's cookers
+        declare but the suite has no data for, with what to do."""
+        checked = self.encodings()
+        out: dict[str, Any] = {
+            "checked": [
+                {"encoding": e or "preencoded", "source": self.workspace.source(e)} for e in checked
+            ],
+            "not_checked": [],
+        }
+        if not (self.encoding or self.workspace.dataset or self.workspace.schema_files):
+            for encoding in self.declared_encodings():
+                if encoding not in checked and not self.workspace.knows(encoding):
+                    out["not_checked"].append(
+                        {
+                            "encoding": encoding,
+                            "why": f"the suite has no data of encoding {encoding!r}: pass --conformance-schema "
+                            f"FILE describing it (`encoding: {encoding}`), once per format",
+                        }
+                    )
+        return out
 
     def main_dataset(self, encoding: str | None = None) -> Path:
         return self.workspace.main(encoding if encoding is not None else self.encodings()[0])
@@ -97,8 +152,8 @@ class CheckContext:
         # The --conformance-* spellings work everywhere (the short ones may belong to another plugin).
         if self.workspace.dataset:
             extra += f" --conformance-dataset {self.workspace.dataset}"
-        if self.workspace.schema_file:
-            extra += f" --conformance-schema {self.workspace.schema_file}"
+        for schema_file in self.workspace.schema_files:
+            extra += f" --conformance-schema {schema_file}"
         if self.encoding:
             extra += f" --conformance-encoding {self.encoding}"
         if getattr(self.target, "input_form", "bytes") != "bytes":

@@ -22,7 +22,17 @@ from megatron.energon.task_encoder.cooking import Cooker
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.formats import SIZES, member_kind, split_member_name
 from primus_energon.tensorfile import read_tensor
-from synthetic import ImageSpec, Schema, TensorSpec, TextSpec, builtin_schema, generate_dataset, load_schema
+from synthetic import (
+    ImageSpec,
+    Schema,
+    TensorSpec,
+    TextSpec,
+    builtin_schema,
+    example_schemas,
+    generate_dataset,
+    harmonised,
+    load_schema,
+)
 from synthetic.schema import TENSOR_DTYPES, BytesSpec, JsonSpec, MemberSpec, NpySpec, PickleSpec
 
 __all__ = ["Workspace", "SMALL_SHAPES", "infer_schema", "read_crude"]
@@ -213,29 +223,84 @@ class Workspace:
     """Datasets for checking targets, generated on first use under ``root`` and reused.
 
     ``dataset``: a user's prepared dataset; it is read, never written (variants are generated in the
-    user's format, inferred from its first sample, under ``root``).
+    user's format, inferred from its first sample, under ``root``). ``schema_files``: the user's formats
+    (``--conformance-schema``, repeatable). Otherwise an encoding is generated from the built-in
+    formats or the shipped example schemas (:func:`synthetic.example_schemas`). ``together``: the formats
+    one target cooks; their shared tensor fields get one shape and dtype (:func:`synthetic.harmonised`),
+    so their samples can meet in a batch.
     """
 
     root: Path
     seed: int = 0
-    schema_file: str | None = None
+    schema_files: tuple[str, ...] = ()
     dataset: str | None = None
+    together: tuple[str | None, ...] = ()
     _cache: dict[str, Path] = field(default_factory=dict)
+    _schemas: dict[Any, Schema] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schema_files, (str, os.PathLike)):
+            self.schema_files = (str(self.schema_files),)
+        self.schema_files = tuple(str(f) for f in self.schema_files or ())
+
+    def user_schemas(self) -> list[Schema]:
+        """The schemas of ``--conformance-schema``, in the order given."""
+        if "user" not in self._schemas:
+            self._schemas["user"] = [load_schema(f) for f in self.schema_files]
+        return self._schemas["user"]
+
+    def knows(self, encoding: str | None) -> bool:
+        """Whether data of ``encoding`` can be generated (built in, a shipped example, or a user schema)."""
+        return (
+            encoding is None
+            or encoding in ("preencoded", "raw")
+            or encoding in example_schemas()
+            or any(s.encoding == encoding for s in self.user_schemas())
+        )
+
+    def source(self, encoding: str | None) -> str:
+        """Where the format of ``encoding`` comes from, for the report."""
+        if self.dataset:
+            return f"inferred from {self.dataset}"
+        for path, schema in zip(self.schema_files, self.user_schemas(), strict=True):
+            if schema.encoding == encoding or encoding is None:
+                return f"schema {path}"
+        if encoding in (None, "preencoded", "raw"):
+            return "built in"
+        return f"example schema {example_schemas()[encoding].name}" if encoding in example_schemas() else "unknown"
 
     def schema(self, encoding: str | None, *, dtype: str | None = None) -> Schema:
-        """The schema to generate for ``encoding`` (the schema file's, the user dataset's, or a built-in one)."""
-        if self.schema_file:
-            return load_schema(self.schema_file)
+        """The schema to generate for ``encoding`` (the user dataset's, a schema file's, a built-in or an
+        example one), harmonised with the other formats in ``together`` (a ``dtype`` variant is not: it is
+        checked on its own)."""
+        key = (encoding, dtype)
+        if key not in self._schemas:
+            schema = self._base(encoding, dtype)
+            others = [e for e in self.together if e != encoding]
+            if dtype is None and not self.dataset and encoding in self.together and others:
+                group = [schema if e == encoding else self._base(e, None) for e in self.together]
+                schema = harmonised(group)[self.together.index(encoding)]
+            self._schemas[key] = schema
+        return self._schemas[key]
+
+    def _base(self, encoding: str | None, dtype: str | None) -> Schema:
         if self.dataset:
             return infer_schema(self.dataset)
+        users = self.user_schemas()
+        if users:
+            return next((s for s in users if s.encoding == encoding), users[0])
         encoding = encoding or "preencoded"
         if encoding == "preencoded":
             return builtin_schema("preencoded", shapes=SMALL_SHAPES, dtype=dtype)
         if encoding == "raw":
             return builtin_schema("raw", image_format="png", image_size=(24, 32))
+        examples = example_schemas()
+        if encoding in examples:
+            return load_schema(examples[encoding])
         raise ValueError(
-            f"no data for encoding {encoding!r}: the built-in encodings are preencoded and raw; pass "
-            "--schema FILE describing the format, or --dataset PATH with data in it"
+            f"no data for encoding {encoding!r}: the suite knows the built-in encodings preencoded and raw and "
+            f"the example formats {', '.join(sorted(examples))}; pass --conformance-schema FILE describing the "
+            f"format (with `encoding: {encoding}`), or --conformance-dataset PATH with data in it"
         )
 
     def generated(

@@ -50,6 +50,7 @@ __all__ = [
     "difference",
     "fields",
     "holds",
+    "identical",
     "is_required",
     "MISSING",
 ]
@@ -197,6 +198,11 @@ def _bits(tensor: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (a NaN equals the same NaN; ``torch.equal`` says it does not)."""
+    return a.dtype == b.dtype and a.shape == b.shape and _bits(a.detach().cpu()) == _bits(b.detach().cpu())
+
+
 def _image_array(value: Any) -> np.ndarray | None:
     if isinstance(value, Image.Image):
         return np.asarray(value.convert("RGB"))
@@ -213,10 +219,13 @@ def _image_array(value: Any) -> np.ndarray | None:
 
 
 def difference(expected: Expectation, observed: Any) -> str | None:
-    """None when ``observed`` holds the expected value exactly, else what differs."""
+    """None when ``observed`` holds the expected value exactly, else what differs. A member of opaque
+    bytes is held exactly by a tensor whose bytes are those bytes (headerless tensor bytes, decoded)."""
     want = expected.value
     if observed is None:
         return "it is None"
+    if isinstance(want, (bytes, bytearray)) and _same_raw_bytes(expected, observed):
+        return None
     if isinstance(expected.spec, ImageSpec):
         array = _image_array(observed)
         if array is None:

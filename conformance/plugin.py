@@ -46,9 +46,11 @@ _SHORTENABLE: dict[str, dict[str, Any]] = {
         "help": "generate data of this encoding instead of the one the cooker's has_subflavors asks for",
     },
     "schema": {
-        "default": None,
+        "action": "append",
+        "default": [],
         "metavar": "FILE",
-        "help": "generate data from this YAML/JSON schema (custom formats)",
+        "help": "generate data from this YAML/JSON schema (a custom format; repeatable, one file per format "
+        "a TaskEncoder cooks)",
     },
     "dataset": {
         "default": None,
@@ -177,20 +179,30 @@ def _check_usage(config: pytest.Config) -> None:
 
     input_form = config.getoption(option_dest("input-form"))
     problems = []
+    targets = []
     for kind, option in (("cooker", "--cooker"), ("task_encoder", "--task-encoder")):
         for spec in config.getoption(kind.replace("-", "_")):
             try:
-                resolve_target(spec, kind=kind, input_form=input_form)
+                targets.append((option, spec, resolve_target(spec, kind=kind, input_form=input_form)))
             except Exception as error:  # any import-time failure of the user's module, said in one line
                 problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
-    schema = config.getoption(option_dest("schema"))
-    if schema:
+    schemas = config.getoption(option_dest("schema")) or []
+    if schemas:
         from synthetic import load_schema
 
-        try:
-            load_schema(schema)
-        except Exception as error:
-            problems.append(f"--conformance-schema {schema}: {' '.join(str(error).split())}")
+        encodings: dict[str, str] = {}
+        for schema in schemas:
+            try:
+                encoding = load_schema(schema).encoding
+            except Exception as error:
+                problems.append(f"--conformance-schema {schema}: {' '.join(str(error).split())}")
+                continue
+            if encoding in encodings:
+                problems.append(
+                    f"--conformance-schema {schema}: encoding {encoding!r} is already described by "
+                    f"{encodings[encoding]}; give one schema per format"
+                )
+            encodings.setdefault(encoding, schema)
     dataset = config.getoption(option_dest("dataset"))
     if dataset:
         path = Path(dataset)
@@ -202,6 +214,21 @@ def _check_usage(config: pytest.Config) -> None:
                 f"--conformance-dataset {dataset}: not a prepared dataset (no .nv-meta/dataset.yaml) and not a "
                 "metadataset .yaml; prepare it with `primus-energon finalize DIR --encoding NAME`"
             )
+    if not problems:
+        from .context import CheckContext
+        from .data import Workspace
+
+        for option, spec, target in targets:
+            workspace = Workspace(Path("."), schema_files=schemas, dataset=dataset)
+            ctx = CheckContext(
+                target,
+                workspace,
+                PROFILES[config.getoption("conformance_profile")],
+                encoding=config.getoption(option_dest("encoding")),
+            )
+            problem = ctx.format_problem()
+            if problem:
+                problems.append(f"{option} {spec}: {problem}")
     from .properties import PROPERTIES
 
     known = [p.id for p in PROPERTIES]
@@ -298,6 +325,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     order = ("pass", "fail", "advice", "xfail", "skip", "error")
     terminalreporter.write_sep("=", "conformance claims")
     terminalreporter.write_line(", ".join(f"{tally[v]} {v}" for v in order if tally[v]))
+    for target, formats in _formats_by_target(_collected).items():
+        checked = ", ".join(f"{f['encoding']} ({f['source']})" for f in formats.get("checked", []))
+        terminalreporter.write_line(f"{target.rpartition(':')[2]}: formats checked: {checked or 'none'}")
+        for missing in formats.get("not_checked", []):
+            terminalreporter.write_line(f"    not checked: {missing['encoding']}: {missing['why']}")
     advice = [(target, c) for target, c in claims if c["verdict"] == "advice"]
     if advice:
         strict = config.getoption("conformance_strict")
@@ -312,6 +344,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 terminalreporter.write_line(f"    fix: {c['fix']}")
 
 
+def _formats_by_target(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each target's data formats (the same in each of its results)."""
+    out: dict[str, dict[str, Any]] = {}
+    for result in results:
+        if result.get("formats") and result["target"] not in out:
+            out[result["target"]] = result["formats"]
+    return out
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if not _active(config) or hasattr(config, "workerinput"):
@@ -321,6 +362,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     targets = [{"target": c, "kind": "cooker"} for c in config.getoption("cooker")]
     targets += [{"target": t, "kind": "task_encoder"} for t in config.getoption("task_encoder")]
+    formats = _formats_by_target(_collected)
+    for target in targets:
+        target["formats"] = formats.get(target["target"], {})
     write_reports(
         report_dir,
         results=list(_collected),

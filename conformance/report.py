@@ -68,7 +68,8 @@ def write_reports(
     """Write ``report.json`` and ``report.md`` into ``directory``; returns the JSON document.
 
     ``report.json`` (schema v2): ``results`` (one per target and property, each with its ``claims``: id,
-    harm, verdict, message, fix, examined), ``claims`` (the tally of claim verdicts), ``advice`` (every
+    harm, verdict, message, fix, examined), ``targets`` (each with the data ``formats`` it was checked on and
+    those it declares but was not), ``claims`` (the tally of claim verdicts), ``advice`` (every
     advice claim that reported something: target, claim id, message, fix) and ``failures`` (every failed
     claim, worst first)."""
     out = Path(directory)
@@ -137,8 +138,17 @@ def write_reports(
         lines.append("")
     for target in targets:
         rows = [r for r in ordered if r["target"] == target["target"]]
+        lines += [f"## {target['kind']} `{target['target']}`", ""]
+        formats = target.get("formats") or {}
+        if formats.get("checked"):
+            lines.append(
+                "Formats checked: "
+                + ", ".join(f"`{f['encoding']}` ({f['source']})" for f in formats["checked"])
+                + "."
+            )
+        for missing in formats.get("not_checked", []):
+            lines.append(f"Not checked: `{missing['encoding']}`: {missing['why']}.")
         lines += [
-            f"## {target['kind']} `{target['target']}`",
             "",
             "| # | claim | verdict | examined | message |",
             "|---|---|---|---|---|",

@@ -46,6 +46,9 @@ class PropertyResult:
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
     claims: list[ClaimResult] = field(default_factory=list)
+    #: the data formats the target was checked on, and those it declares but was not (see
+    #: ``CheckContext.formats``)
+    formats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -149,11 +149,16 @@ class RawDiffusionTaskEncoder(SafeDecodingTaskEncoder):
 class MultiFormatTaskEncoder(SafeDecodingTaskEncoder):
     """One TaskEncoder for every reference encoding, dispatched per dataset by ``subflavors.encoding``.
 
-    A blend may mix encodings; each batch must still hold samples of one encoding, which then batch
-    as in :class:`EncodedDiffusionTaskEncoder` (zero-copy cooking included) or :class:`RawDiffusionTaskEncoder`.
+    A blend may mix encodings: ``batch_group_criterion`` puts the samples of each encoding into batches
+    of their own (Energon's grouped batching, with the loader's batch size), which then batch as in
+    :class:`EncodedDiffusionTaskEncoder` (zero-copy cooking included) or :class:`RawDiffusionTaskEncoder`.
     """
 
     cookers = [PREENCODED_ZERO_COPY_COOKER, RAW_COOKER]
+
+    def batch_group_criterion(self, sample: Any) -> tuple[str, None]:
+        """The sample's encoding as its batch group (None: the loader's batch size)."""
+        return ("preencoded" if isinstance(sample, DiffusionSample) else "raw"), None
 
     @stateless
     def batch(self, samples: list[Any]) -> dict[str, Any]:

@@ -25,10 +25,14 @@ from .schema import (
     BytesSpec,
     ImageSpec,
     JsonSpec,
+    NpySpec,
+    PickleSpec,
     Schema,
     TensorSpec,
     TextSpec,
     builtin_schema,
+    example_schemas,
+    harmonised,
     load_schema,
 )
 
@@ -40,6 +44,8 @@ __all__ = [
     "JsonSpec",
     "Manifest",
     "MemberRecord",
+    "NpySpec",
+    "PickleSpec",
     "SampleRecord",
     "Schema",
     "ShardRecord",
@@ -47,7 +53,9 @@ __all__ = [
     "TensorSpec",
     "TextSpec",
     "builtin_schema",
+    "example_schemas",
     "generate_dataset",
+    "harmonised",
     "load_schema",
     "write_metadataset",
 ]

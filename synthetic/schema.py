@@ -56,7 +56,10 @@ __all__ = [
     "Schema",
     "TensorSpec",
     "TextSpec",
+    "EXAMPLES_DIR",
     "builtin_schema",
+    "example_schemas",
+    "harmonised",
     "load_schema",
 ]
 
@@ -595,3 +598,54 @@ def builtin_schema(
             "or describe your format in a schema file (--schema FILE)"
         )
     return schema.with_overrides(dtype=dtype, shapes=shapes, image_size=image_size)
+
+
+#: The example schemas shipped with the package: the layouts real projects' prepare scripts write.
+EXAMPLES_DIR = Path(__file__).parent / "examples"
+
+
+def example_schemas() -> dict[str, Path]:
+    """The shipped example schemas by their encoding (``flux``, ``nemo``, ``preencoded_numpy``, ...): the
+    formats known besides the built-in ones, so a cooker declaring one of them is checked on its data."""
+    return {load_schema(path).encoding: path for path in sorted(EXAMPLES_DIR.glob("*.yaml"))}
+
+
+def _tensor_field(name: str, spec: MemberSpec) -> str | None:
+    """The output field a tensor-valued member names (``field:``, else the member's stem), else None."""
+    if isinstance(spec, (TensorSpec, NpySpec)) or (isinstance(spec, BytesSpec) and spec.dtype is not None):
+        return spec.field or member_stem(name)
+    return None
+
+
+def harmonised(schemas: list[Schema]) -> list[Schema]:
+    """The schemas with every tensor field that several of them carry given one shape and dtype, so
+    samples of different formats that one TaskEncoder cooks can meet in a batch and differ only in their
+    format (not in data a stacking ``batch()`` could never join). Shape and dtype come from a format that
+    fixes them (headerless tensor bytes and numpy arrays: their readers know the shape and dtype), else
+    from the first schema that has the field (``torch.save`` files carry their own)."""
+    chosen: dict[str, tuple[tuple[int, ...], str]] = {}
+    fixed: set[str] = set()
+    counts: dict[str, int] = {}
+    for schema in schemas:
+        for name, spec in schema.members.items():
+            field_name = _tensor_field(name, spec)
+            if field_name is None:
+                continue
+            counts[field_name] = counts.get(field_name, 0) + 1
+            if field_name not in fixed and (field_name not in chosen or not isinstance(spec, TensorSpec)):
+                chosen[field_name] = (tuple(spec.shape or ()), str(spec.dtype))
+                if not isinstance(spec, TensorSpec):
+                    fixed.add(field_name)
+    out = []
+    for schema in schemas:
+        members = dict(schema.members)
+        for name, spec in members.items():
+            field_name = _tensor_field(name, spec)
+            if field_name is None or counts[field_name] < 2:
+                continue
+            shape, dtype = chosen[field_name]
+            if isinstance(spec, NpySpec) and dtype == "bfloat16":
+                dtype = spec.dtype  # numpy has no bfloat16
+            members[name] = replace(spec, shape=shape, dtype=dtype)
+        out.append(replace(schema, members=members))
+    return out

@@ -131,6 +131,30 @@ def test_multiformat_dispatches_per_dataset(
     assert kinds["pre"] > 5 and kinds["raw"] > 5
 
 
+def test_multiformat_blend_batches_each_encoding_apart(
+    preencoded_dataset: Path, raw_datasets: dict[str, Path], tmp_path: Path
+) -> None:
+    """batch_group_criterion keeps a blend of both encodings out of one batch, and loses no sample."""
+    blend = write_metadataset(
+        tmp_path / "mixed.yaml",
+        [(preencoded_dataset, 0.5, {"source": "pre"}), (raw_datasets["jpg"], 0.5, {"source": "raw"})],
+    )
+    loader = get_loader(blend, MultiFormatTaskEncoder, batch_size=4, num_workers=0, seed=1)
+    pre_keys, raw_keys = set(read_members(preencoded_dataset)), set(read_members(raw_datasets["jpg"]))
+    seen = {"pre": 0, "raw": 0}
+    for _ in range(30):
+        batch = next(loader)
+        keys = set(batch["__key__"])
+        assert len(batch["__key__"]) == 4
+        if "latents" in batch:
+            assert keys <= pre_keys and batch["latents"].shape == (4, *SMALL_SHAPES["latents"])
+            seen["pre"] += 1
+        else:
+            assert keys <= raw_keys and len(batch["images"]) == 4
+            seen["raw"] += 1
+    assert seen["pre"] > 3 and seen["raw"] > 3
+
+
 def test_multiformat_mixed_batch_is_a_clear_error() -> None:
     samples = [_samples([(2,)])[0], {"__key__": "r0", "images": None, "txt": "x"}]
     with pytest.raises(BatchError, match="mixes encodings"):

@@ -208,10 +208,23 @@ def _judge(
                 )
 
 
+def _clean_output(ctx: CheckContext, template: dict) -> Any:
+    """The target's output for the clean template sample (which members it uses), or None when it cannot
+    be had in time (then every member is treated as used; the accepted and fidelity claims say why)."""
+    try:
+        return call_with_timeout(
+            lambda: cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed), ctx.call_timeout_s
+        )
+    except Exception:
+        return None
+
+
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     details: dict[str, Any] = {}
     with claims.claim("code_execution") as claim:
         details["probe"] = _code_execution(ctx, claim)
+    if claims.only_always:  # blocked (the target cannot cook clean data): only the probe runs
+        return details
     checked = []
     for encoding in ctx.encodings():
         schema = ctx.workspace.schema(encoding)
@@ -222,11 +235,12 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
             continue
         template = raw[0]
-        clean = cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed)
+        clean = _clean_output(ctx, template)
         for member, spec in schema.members.items():
             if member not in template:
                 continue
-            if not is_required(schema.encoding, spec) and not holds(clean, member, spec, template[member]):
+            unused = clean is not None and not holds(clean, member, spec, template[member])
+            if not is_required(schema.encoding, spec) and unused:
                 # the target does not use this member (a provenance sidecar): its faults cannot reach training
                 details.setdefault("members_not_used", []).append(member)
                 continue

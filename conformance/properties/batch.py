@@ -2,7 +2,13 @@
 sample i's field; list fields keep batch order; nothing is dropped, duplicated or reordered; samples of
 mismatched shapes give an error that names them (or, if the TaskEncoder does not stack that field, keep
 each sample's value intact); ``encode_sample`` and ``batch()`` write neither into the samples they are
-given nor into the crude member bytes (a zero-copy cooker's tensors are views of those bytes)."""
+given nor into the crude member bytes (a zero-copy cooker's tensors are views of those bytes).
+
+A TaskEncoder that cooks several formats (cookers for several ``encoding`` subflavors) gets, from a blend
+of its datasets, batches that mix them, unless its ``batch_group_criterion`` keeps the formats apart. Such
+a batch, beginning with a sample of each format in turn, must keep every field that ``batch()`` makes for
+either format alone, each row its sample's (the shared tensor fields of the generated formats have one
+shape and dtype, so only the format differs)."""
 
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ from synthetic.manifest import Manifest
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import matching_cooker, target_call, worker_context
+from ..execution import TargetError, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
+from ..oracle import identical
 from ..results import PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
 
@@ -48,6 +55,15 @@ CLAIMS = claims_of(
         "the error for mismatched shapes names the samples",
         Harm.ADVICE,
         "catch the stack error and re-raise it with the samples' keys and shapes (primus_energon.BatchShapeError)",
+    ),
+    (
+        "mixed_formats",
+        "a batch mixing the formats the TaskEncoder cooks (as a blend of its datasets delivers) keeps every "
+        "field batch() makes for each format alone, each row its sample's; or batch_group_criterion keeps the "
+        "formats in separate batches",
+        Harm.DATA,
+        "build each batch field from every sample, not from samples[0] (a field only some formats have: a list "
+        "with None for the others), or group batches by format with batch_group_criterion",
     ),
     (
         "inputs_unchanged",
@@ -113,7 +129,7 @@ def _check_rows(batch: Any, samples: list[Any]) -> int:
                         f"{list(expected.shape)} {expected.dtype}: the batch padded, reshaped or cast it. Samples that "
                         "cannot be stacked as they are must raise an error naming them"
                     )
-                if not torch.equal(value[row], expected):
+                if not identical(value[row], expected):
                     fail(
                         f"batch field {name!r} row {row} is not sample {row}'s value (key {key!r}); batch order "
                         f"must be sample order (keys {keys})"
@@ -162,7 +178,119 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         with claims.claim("inputs_unchanged") as claim:
             _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
         _mismatched_shapes(ctx, claims, task_encoder, encoding)
+    if len(ctx.encodings()) < 2:
+        claims.not_applicable("mixed_formats", "the target is checked on one data format")
+    else:
+        with claims.claim("mixed_formats") as claim:
+            mixed = mixed_format_problems(ctx)
+            claim.examined(mixed["examined"])
+            for problem in mixed["problems"]:
+                claim.problem(problem)
+            stats["mixed_formats"] = mixed["how"]
     return stats
+
+
+def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:
+    """What goes wrong when the target's formats meet in one batch (``{"problems", "examined", "how"}``),
+    computed once per context (the blend property asks too). Raises PropertySkipped when a format alone
+    cannot be batched (the rows claim reports that)."""
+    return ctx.cached("mixed-formats", lambda: _mixed_formats(ctx))
+
+
+def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
+    task_encoder = ctx.target.make_task_encoder()
+    formats: dict[str, list[Any]] = {}
+    alone: dict[str, list[str]] = {}
+    try:
+        for encoding in ctx.encodings():
+            name = encoding or "preencoded"
+            formats[name] = _encode(task_encoder, ctx.crude(ctx.main_dataset(encoding), limit=3), ctx.seed)
+            if len(formats[name]) < 2:
+                raise PropertySkipped(f"fewer than 2 {name} samples could be read")
+            alone[name] = field_names(_batch(task_encoder, formats[name][:2], ctx.seed))
+    except TargetError as error:
+        raise PropertySkipped(f"blocked by batch/rows: {error.message.splitlines()[0][:200]}") from error
+    names = list(formats)
+    if type(task_encoder).batch_group_criterion is not TaskEncoder.batch_group_criterion:
+        groups: dict[str, set[Any]] = {}
+        for name, samples in formats.items():
+            with target_call(f"batch_group_criterion() of a clean {name} sample"), worker_context(ctx.seed, 0):
+                groups[name] = {_group_key(task_encoder.batch_group_criterion(s)) for s in samples}
+        shared = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if groups[a] & groups[b]]
+        if not shared:
+            count = sum(len(samples) for samples in formats.values())
+            return {"problems": [], "examined": count, "how": "batch_group_criterion keeps the formats apart"}
+    problems: list[str] = []
+    examined = 0
+    for first in names:
+        mixed = _interleave(first, formats)
+        kinds = [name for name, _ in mixed]
+        samples = [sample for _, sample in mixed]
+        label = f"a batch mixing {' and '.join(names)} samples that begins with a {first} sample"
+        examined += 1
+        try:
+            with worker_context(ctx.seed, 0):
+                batch = task_encoder.batch(list(samples))
+        except Exception as error:
+            problems.append(
+                f"batch() of {label} raised {type(error).__name__}: {' '.join(str(error).split())[:240]}; a blend "
+                "of these datasets stops training at its first mixed batch"
+            )
+            continue
+        present = set(field_names(batch))
+        for name in names:
+            for field_name in alone[name]:
+                if field_name not in present:
+                    problems.append(
+                        f"batch field {field_name!r}, which batch() makes for {name} samples, is missing from "
+                        f"{label}: the {name} samples' {field_name} are lost"
+                    )
+        problems += _rows_kept(batch, samples, kinds, label)
+    return {"problems": list(dict.fromkeys(problems)), "examined": examined, "how": "mixed batches"}
+
+
+def _group_key(criterion: Any) -> Any:
+    key = criterion[0] if isinstance(criterion, tuple) else criterion
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
+
+
+def _interleave(first: str, formats: dict[str, list[Any]]) -> list[tuple[str, Any]]:
+    """One sample of each format in turn, ``first`` first, as a blend mixes them."""
+    order = [first] + [name for name in formats if name != first]
+    out = []
+    for index in range(max(len(samples) for samples in formats.values())):
+        out += [(name, formats[name][index]) for name in order if index < len(formats[name])]
+    return out
+
+
+def _rows_kept(batch: Any, samples: list[Any], kinds: list[str], label: str) -> list[str]:
+    """Every sample's tensor field that the batch holds is in its row, unchanged."""
+    problems = []
+    for field_name in field_names(batch):
+        if field_name.startswith("__"):
+            continue
+        value = get_field(batch, field_name)
+        for row, (sample, kind) in enumerate(zip(samples, kinds, strict=True)):
+            expected = get_field(sample, field_name)
+            if not isinstance(expected, torch.Tensor):
+                continue
+            if isinstance(value, torch.Tensor):
+                held = value[row] if value.ndim and value.shape[0] == len(samples) else None
+            elif isinstance(value, (list, tuple)) and len(value) == len(samples):
+                held = value[row]
+            else:
+                held = None
+            if not isinstance(held, torch.Tensor) or not identical(held, expected):
+                problems.append(
+                    f"in {label}, batch field {field_name!r} row {row} is not the {kind} sample "
+                    f"{get_field(sample, '__key__')!r}'s {field_name}"
+                )
+                break
+    return problems
 
 
 def _snapshot(crude: dict) -> dict[str, Any]:

@@ -14,7 +14,9 @@ so the first ``n`` samples each worker batched (``n`` fixed in advance) are a mu
 the target keeps every sample; one that filters samples of one source after the blend
 (``encode_sample``, ``batch``) shifts the fractions. (A cooker cannot: Energon cooks each dataset
 before blending, so a sample a cooker skips is replaced by the next one of the same dataset.) Blended
-datasets repeat, so none runs dry. The two ranks' loaders run side by side.
+datasets repeat, so none runs dry. The two ranks' loaders run side by side. For a target that cooks
+several formats, the datasets of a blend take them in turn, so batches mix them as a blend of the user's
+datasets would (unless batch/mixed_formats failed: then each blend has one format, and that claim says why).
 
 Duplicates: a user's metadataset (``--dataset x.yaml``) whose leaves (nested YAMLs resolved, paths
 relative to each YAML) name one dataset twice (same split part and subset) fails. Energon 7.4.1 gives
@@ -386,11 +388,11 @@ def _run_blend(
     claims: ClaimRecorder,
     index: int,
     weights: list[int],
-    encoding: str | None,
+    encodings: list[str | None],
     schema: Schema | None,
 ) -> dict[str, Any]:
     k = len(weights)
-    paths = [_dataset(ctx, encoding, schema, f"blend{i}") for i in range(k)]
+    paths = [_dataset(ctx, encodings[i], schema, f"blend{i}") for i in range(k)]
     prefixes = {f"blend{i}": i for i in range(k)}
     entries = [
         (path, weight, {**ctx.workspace.subflavors(path), SUBFLAVOR: i})
@@ -437,7 +439,7 @@ def _run_blend(
     expected = [w / sum(weights) for w in weights]
     result = {
         "weights": weights,
-        "encoding": encoding,
+        "encodings": [e or "preencoded" for e in encodings],
         "n": total,
         "required_n": n,
         "counts": counts,
@@ -551,16 +553,32 @@ def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | N
     }
 
 
+def _mixes_formats(ctx: CheckContext) -> bool:
+    """Whether the target's formats can share a batch (batch/mixed_formats holds): then one blend mixes
+    them. A target whose mixed batches fail is told so by that claim once; its blends take one format each."""
+    from .batch import mixed_format_problems
+
+    try:
+        return not mixed_format_problems(ctx)["problems"]
+    except Exception:  # the batch property reports why the formats could not be batched
+        return False
+
+
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     encodings, schema = _data_source(ctx, claims)
     if not (ctx.workspace.dataset and str(ctx.workspace.dataset).endswith((".yaml", ".yml"))):
         claims.not_applicable("duplicates", "applies to a user's metadataset (--conformance-dataset x.yaml)")
     rng = random.Random(f"conformance-blend-{ctx.seed}")
+    mixing = len(encodings) > 1 and _mixes_formats(ctx)
     blends = []
     with claims.claim("ratios") as claim:
         for index in range(ctx.profile.blends):
             weights = _draw_blend(rng)
-            blends.append(_run_blend(ctx, claims, index, weights, encodings[index % len(encodings)], schema))
+            if mixing:  # the datasets of one blend take the target's formats in turn
+                per_dataset = [encodings[i % len(encodings)] for i in range(len(weights))]
+            else:
+                per_dataset = [encodings[index % len(encodings)]] * len(weights)
+            blends.append(_run_blend(ctx, claims, index, weights, per_dataset, schema))
             claim.examined(blends[-1]["n"])
     claims.not_applicable("subflavors", "blocked by blend/ratios: the blend could not be read")
     try:
@@ -578,6 +596,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     )
     return {
         "blends": blends,
+        "mixed_formats": mixing,
         "duplicate_entry": duplicate,
         "summary": summary
         + (

@@ -678,6 +678,20 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "bad_input/code_execution",
         "fail",
     ),
+    "two formats, batch() stacks what samples[0] has (crashes on a mixed batch)": (
+        "task_encoder",
+        "formats:FirstSampleDecidesTaskEncoder",
+        {},
+        "batch/mixed_formats",
+        "fail",
+    ),
+    "two formats, batch() keeps only the fields samples[0] has (loses them)": (
+        "task_encoder",
+        "formats:FirstSampleListsTaskEncoder",
+        {},
+        "batch/mixed_formats",
+        "fail",
+    ),
 }
 
 

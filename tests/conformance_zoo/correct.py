@@ -288,6 +288,16 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.formats:cook_nemo_raw_images",
         {"schema": str(_EXAMPLES / "nemo_raw.yaml")},
     ),
+    "two formats, every field from every sample": (
+        "task_encoder",
+        "tests.conformance_zoo.formats:EverySampleTaskEncoder",
+        {},
+    ),
+    "two formats, grouped into batches by format": (
+        "task_encoder",
+        "tests.conformance_zoo.formats:GroupsByFormatTaskEncoder",
+        {},
+    ),
     "renamed output fields": (
         "cooker",
         "tests.conformance_zoo.correct:cook_renamed_fields",

@@ -3,6 +3,7 @@ those projects would: correct ones that must pass, and broken ones that must fai
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from megatron.energon import basic_sample_keys, stateless
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
 
 from primus_energon import safe_loads
 
@@ -160,3 +161,102 @@ def cook_nemo_raw_images(sample: dict) -> dict[str, Any]:
         "hint": image("png"),
         "txt": sample["txt"].decode("utf-8"),
     }
+
+
+# --- one TaskEncoder, two formats (the guide's preencoded .pth layout and MLPerf's raw bf16 bytes) ---------
+
+
+@dataclasses.dataclass
+class TwoFormatSample(Sample):
+    """What both cookers return: the preencoded format has latents, the MLPerf one mean/logvar."""
+
+    prompt_embeds: torch.Tensor
+    pooled_prompt_embeds: torch.Tensor
+    latents: torch.Tensor | None = None
+    mean: torch.Tensor | None = None
+    logvar: torch.Tensor | None = None
+
+
+@stateless
+def cook_two_format_preencoded(sample: dict) -> TwoFormatSample:
+    return TwoFormatSample(
+        **basic_sample_keys(sample),
+        latents=_tensor(sample["latents.pth"]),
+        prompt_embeds=_tensor(sample["prompt_embeds.pth"]),
+        pooled_prompt_embeds=_tensor(sample["pooled_prompt_embeds.pth"]),
+    )
+
+
+@stateless
+def cook_two_format_numpy(sample: dict) -> TwoFormatSample:
+    """The MLPerf layout's headerless bf16 bytes, in the shapes that format fixes."""
+    fields = {field: _bf16(sample[member], _MLPERF_SHAPES[member]) for member, field in _MLPERF.items()}
+    return TwoFormatSample(**basic_sample_keys(sample), **fields)
+
+
+_TWO_FORMAT_COOKERS = [
+    Cooker(cook_two_format_preencoded, has_subflavors={"encoding": "preencoded"}),
+    Cooker(cook_two_format_numpy, has_subflavors={"encoding": "preencoded_numpy"}),
+]
+_OPTIONAL = ("latents", "mean", "logvar")
+
+
+class FirstSampleDecidesTaskEncoder(DefaultTaskEncoder):
+    """Both formats in one TaskEncoder; batch() decides from samples[0] which optional fields to stack
+    (as Primus' EncodedDiffusionTaskEncoder does): a batch mixing the formats loses fields or crashes."""
+
+    decoder = None
+    cookers = _TWO_FORMAT_COOKERS
+
+    def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
+        out = {
+            "__key__": [s.__key__ for s in samples],
+            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
+            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
+        }
+        for name in _OPTIONAL:
+            if getattr(samples[0], name) is not None:
+                out[name] = torch.stack([getattr(s, name) for s in samples])
+        return out
+
+
+class EverySampleTaskEncoder(FirstSampleDecidesTaskEncoder):
+    """Both formats in one TaskEncoder; an optional field is stacked when every sample has it, else kept
+    as a list with None for the samples of the other format: mixed batches keep everything."""
+
+    def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
+        out = {
+            "__key__": [s.__key__ for s in samples],
+            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
+            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
+        }
+        for name in _OPTIONAL:
+            values = [getattr(s, name) for s in samples]
+            if all(v is not None for v in values):
+                out[name] = torch.stack(values)
+            elif any(v is not None for v in values):
+                out[name] = values
+        return out
+
+
+class GroupsByFormatTaskEncoder(FirstSampleDecidesTaskEncoder):
+    """The first-sample batch() made safe by grouping: batch_group_criterion keeps the formats apart."""
+
+    def batch_group_criterion(self, sample: TwoFormatSample) -> tuple[Any, int | None]:
+        return ("latents" if sample.latents is not None else "mean/logvar"), None
+
+
+class FirstSampleListsTaskEncoder(FirstSampleDecidesTaskEncoder):
+    """Keeps optional fields as lists, but only those samples[0] has: no crash, and a mixed batch that
+    begins with the other format silently loses them."""
+
+    def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
+        out = {
+            "__key__": [s.__key__ for s in samples],
+            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
+            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
+        }
+        for name in _OPTIONAL:
+            if getattr(samples[0], name) is not None:
+                out[name] = [getattr(s, name) for s in samples]
+        return out
