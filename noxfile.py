@@ -21,6 +21,7 @@ REFERENCE_TARGETS = (
     "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
     "--task-encoder=primus_energon:RawDiffusionTaskEncoder",
     "--task-encoder=primus_energon:MultiFormatTaskEncoder",
+    "--wrapper=primus_energon:MegatronDataloaderWrapper",
 )
 nox.options.reuse_existing_virtualenvs = True
 
@@ -36,7 +37,7 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 def conformance(session: nox.Session) -> None:
     """Check the reference targets, or the targets given after `--`; report in reports/conformance/."""
     _install(session)
-    own_targets = any(a.startswith(("--cooker", "--task-encoder")) for a in session.posargs)
+    own_targets = any(a.startswith(("--cooker", "--task-encoder", "--wrapper")) for a in session.posargs)
     targets = () if own_targets else REFERENCE_TARGETS
     session.run(
         "pytest",

@@ -4,6 +4,7 @@ From pytest (the plugin is installed with the package)::
 
     pytest --cooker mypkg.cookers:cook_x
     pytest --task-encoder mypkg.encoders:MyTaskEncoder --conformance-profile thorough
+    pytest --wrapper mypkg.dataloader:MegatronDataloaderWrapper
 
 From Python::
 
@@ -16,7 +17,7 @@ Each property is a list of claims (``results[i].claims``); a claim is a defect c
 the property) or advice (see :mod:`conformance.claims`).
 """
 
-from .api import check_cooker, check_task_encoder
+from .api import check_cooker, check_task_encoder, check_wrapper
 from .claims import Claim, ClaimResult, Harm
 from .profiles import PROFILES, Profile
 from .properties import PROPERTIES, Property
@@ -29,6 +30,7 @@ __all__ = [
     "Harm",
     "check_cooker",
     "check_task_encoder",
+    "check_wrapper",
     "PROPERTIES",
     "Property",
     "PROFILES",

@@ -17,7 +17,7 @@ from .properties import PROPERTIES, Property, get_property
 from .results import PropertyResult
 from .target import InputForm, Target, resolve_target
 
-__all__ = ["check_cooker", "check_task_encoder", "run_property", "make_context"]
+__all__ = ["check_cooker", "check_task_encoder", "check_wrapper", "run_property", "make_context"]
 
 
 def make_context(
@@ -199,7 +199,8 @@ def _check(
         return [
             run_property(prop, ctx, expected_failures=expected_failures)
             for prop in PROPERTIES
-            if wanted is None or prop.id in wanted
+            if (wanted is None and target.kind in prop.applies_to)
+            or (wanted is not None and prop.id in wanted)
         ]
 
 
@@ -233,4 +234,18 @@ def check_task_encoder(
     """Check a TaskEncoder class (built with no arguments), instance, or ``"module:attr"``; see
     :func:`check_cooker` for the options."""
     target = resolve_target(task_encoder, kind="task_encoder")
+    return _check(target, properties, expected_failures, **options)
+
+
+def check_wrapper(
+    wrapper: Any,
+    *,
+    properties: Iterable[str] | None = None,
+    expected_failures: dict[str, str] | None = None,
+    **options: Any,
+) -> list[PropertyResult]:
+    """Check a dataloader wrapper class (built as ``Wrapper(loader)``, like
+    ``primus_energon.MegatronDataloaderWrapper``) or ``"module:attr"`` naming one, against the wrapper
+    property; see :func:`check_cooker` for the options."""
+    target = resolve_target(wrapper, kind="wrapper")
     return _check(target, properties, expected_failures, **options)

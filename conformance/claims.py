@@ -51,9 +51,10 @@ class Harm(IntEnum):
     SECURITY = 0  # code from a shard runs
     DATA = 1  # samples lost, duplicated, reordered or corrupted
     BAD_INPUT = 2  # a faulty sample becomes a training sample
-    DETERMINISM = 3  # two identical runs differ
-    RESUME = 4  # a resumed run continues elsewhere
-    PERFORMANCE = 5  # slower than the rate the user asked for (--min-samples-per-s)
+    CRASH = 3  # training stops or never starts (an error on clean data, a hang), loudly
+    DETERMINISM = 4  # two identical runs differ
+    RESUME = 5  # a resumed run continues elsewhere
+    PERFORMANCE = 6  # slower than the rate the user asked for (--min-samples-per-s)
     ADVICE = 9  # an opinion: never fails unless --conformance-strict
 
     @property

@@ -92,9 +92,7 @@ class CheckContext:
         declare but the suite has no data for, with what to do."""
         checked = self.encodings()
         out: dict[str, Any] = {
-            "checked": [
-                {"encoding": e or "preencoded", "source": self.workspace.source(e)} for e in checked
-            ],
+            "checked": [{"encoding": e or "preencoded", "source": self.workspace.source(e)} for e in checked],
             "not_checked": [],
         }
         if not (self.encoding or self.workspace.dataset or self.workspace.schema_files):

@@ -33,7 +33,7 @@ from synthetic import (
     harmonised,
     load_schema,
 )
-from synthetic.schema import TENSOR_DTYPES, BytesSpec, JsonSpec, MemberSpec, NpySpec, PickleSpec
+from synthetic.schema import NPY_DTYPES, TENSOR_DTYPES, BytesSpec, JsonSpec, MemberSpec, NpySpec, PickleSpec
 
 __all__ = ["Workspace", "SMALL_SHAPES", "infer_schema", "read_crude"]
 
@@ -56,8 +56,18 @@ class _CrudeReader(DefaultTaskEncoder):
         self.decoder = decoder
 
     @stateless
-    def batch(self, samples: list) -> list:
-        return samples
+    def batch(self, samples: list) -> _Untouched:
+        return _Untouched(samples)
+
+
+class _Untouched:
+    """Carries samples through torch's DataLoader unconverted: its ``default_convert`` turns numpy arrays
+    into tensors and tuples into lists inside anything it recognises, which a cooker never sees."""
+
+    __slots__ = ("samples",)
+
+    def __init__(self, samples: list) -> None:
+        self.samples = samples
 
 
 #: how read_crude describes a sample Energon refused while reading (at most this many are kept)
@@ -106,7 +116,7 @@ def read_crude(
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             for batch in get_loader(ds):
-                samples.append(batch[0])
+                samples.append(batch.samples[0])
         except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
             refused.append(
                 f"reading {Path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
@@ -152,13 +162,16 @@ def _spec_for(member: str, data: bytes) -> MemberSpec:
     from primus_energon.safepickle import safe_loads
 
     kind, extension = member_kind(member), member.rsplit(".", 1)[-1].lower()
+    if bytes(data[:6]) == b"\x93NUMPY":
+        kind = "npy"  # an .npy file under another name (MLPerf's FLUX data: t5.bytes)
     try:
         if kind == "tensor":
             tensor = read_tensor(data, copy=True, fallback=True)
             return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
         if kind == "npy":
             array = np.load(io.BytesIO(data), allow_pickle=False)
-            return NpySpec(tuple(array.shape) or (1,), str(array.dtype))
+            if str(array.dtype) in NPY_DTYPES:
+                return NpySpec(tuple(array.shape) or (1,), str(array.dtype))
         if kind == "pickle":
             value = safe_loads(data)
             if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
@@ -198,7 +211,7 @@ def _leaf_spec(value: Any) -> Any:
         return TensorSpec(tuple(value.shape) or (1,), dtype) if dtype in TENSOR_DTYPES else None
     if isinstance(value, np.ndarray):
         dtype = str(value.dtype)
-        return NpySpec(tuple(value.shape) or (1,), dtype) if dtype in TENSOR_DTYPES else None
+        return NpySpec(tuple(value.shape) or (1,), dtype) if dtype in NPY_DTYPES else None
     if isinstance(value, str):
         return TextSpec()
     if isinstance(value, bool):
@@ -267,7 +280,11 @@ class Workspace:
                 return f"schema {path}"
         if encoding in (None, "preencoded", "raw"):
             return "built in"
-        return f"example schema {example_schemas()[encoding].name}" if encoding in example_schemas() else "unknown"
+        return (
+            f"example schema {example_schemas()[encoding].name}"
+            if encoding in example_schemas()
+            else "unknown"
+        )
 
     def schema(self, encoding: str | None, *, dtype: str | None = None) -> Schema:
         """The schema to generate for ``encoding`` (the user dataset's, a schema file's, a built-in or an

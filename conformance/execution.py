@@ -51,7 +51,29 @@ class TargetError(Exception):
         self.error = error
         text = " ".join(str(error).split())
         self.message = f"{what} raised {type(error).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
+        self.message += _version_hint(text)
         super().__init__(self.message)
+
+
+#: what an error text means when it comes from code written for an earlier Energon
+_VERSION_HINTS = (
+    (
+        "__subflavor__",
+        " (`Sample` has no `__subflavor__` since Energon 7.0: use `__subflavors__`, a dict, e.g. "
+        "**basic_sample_keys(sample))",
+    ),
+    (
+        "Cooker must be stateless",
+        " (since Energon 7.0 a cook function must be @stateless)",
+    ),
+)
+
+
+def _version_hint(text: str) -> str:
+    for needle, hint in _VERSION_HINTS:
+        if needle in text and "__subflavors__" not in text.replace(needle, ""):
+            return hint
+    return ""
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ __all__ = ["fingerprint", "first_difference", "digest"]
 
 def _tensor(value: torch.Tensor) -> tuple:
     value = value.detach().cpu().contiguous()
-    raw = value.view(torch.uint8) if value.dtype != torch.bool and value.numel() else value.to(torch.uint8)
+    flat = value.reshape(-1)  # a 0-dim tensor cannot be viewed as bytes
+    raw = flat.view(torch.uint8) if value.dtype != torch.bool and value.numel() else flat.to(torch.uint8)
     data = raw.numpy().tobytes() if value.numel() else b""
     return ("tensor", str(value.dtype), tuple(value.shape), hashlib.sha256(data).hexdigest()[:24])
 

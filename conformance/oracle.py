@@ -41,6 +41,8 @@ from synthetic.schema import (
     TextSpec,
 )
 
+from .fingerprint import fingerprint
+
 __all__ = [
     "Expectation",
     "expectations",
@@ -48,6 +50,7 @@ __all__ = [
     "decode_member",
     "locate",
     "difference",
+    "raw_holder",
     "fields",
     "holds",
     "identical",
@@ -94,7 +97,8 @@ def decode_member(spec: MemberSpec, data: bytes) -> Any:
     if isinstance(spec, TensorSpec):
         return read_tensor(data, copy=True, fallback=True)
     if isinstance(spec, NpySpec):
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        return _viewed(array, spec.view) if spec.view else array
     if isinstance(spec, PickleSpec):
         return safe_loads(data)
     if isinstance(spec, BytesSpec) and spec.dtype is not None:
@@ -110,13 +114,24 @@ def decode_member(spec: MemberSpec, data: bytes) -> Any:
     return data
 
 
+def _viewed(array: np.ndarray, dtype: str) -> torch.Tensor:
+    """An array's bytes as a tensor of ``dtype`` (bfloat16 stored as uint16)."""
+    raw = bytearray(np.ascontiguousarray(array).tobytes())
+    return (
+        torch.frombuffer(raw, dtype=getattr(torch, dtype)).reshape(array.shape)
+        if raw
+        else torch.empty(array.shape, dtype=getattr(torch, dtype))
+    )
+
+
 def _names(member: str, spec: Any, leaf: str | None) -> tuple[list[str], bool]:
     explicit = getattr(spec, "field", None)
     if explicit:
         return [explicit], True
     if leaf is not None:
         return [leaf], False
-    stem = member.split(".", 1)[0]
+    # NeMo's ".pth" (a leading dot: no stem) is conventionally cooked into the field "pth"
+    stem = member.split(".", 1)[0] or member.lstrip(".").split(".", 1)[0]
     return ([stem] if stem else []), False
 
 
@@ -154,19 +169,20 @@ def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) 
     yield Expectation(member, None, spec, value, data, names, explicit, required, _aliases(spec, explicit))
 
 
-def is_required(encoding: str, spec: Any) -> bool:
+def is_required(schema: Any, member: str, spec: Any) -> bool:
     """Whether a member no output field holds is a defect (lost data) rather than advice: the built-in
-    formats' tensor and image members, and any member whose field the schema names."""
+    formats' tensor and image members, a member the schema lists as ``required``, and any member whose
+    field the schema names."""
     from primus_energon.formats import BUILTIN_ENCODINGS
 
-    if getattr(spec, "field", None):
+    if getattr(spec, "field", None) or member in getattr(schema, "required", ()):
         return True
-    return encoding in BUILTIN_ENCODINGS and claim_of(spec) in ("tensors", "images")
+    return schema.encoding in BUILTIN_ENCODINGS and claim_of(spec) in ("tensors", "images")
 
 
 def holds(output: Any, member: str, spec: MemberSpec, data: bytes) -> bool:
-    """Whether some output field holds the member (any of its leaves)."""
-    return any(
+    """Whether some output field holds the member (its bytes as read, or any of its leaves)."""
+    return raw_holder(output, data, spec) is not None or any(
         locate(expected, output)[0] is not None
         for expected in expectations(member, spec, data, required=False)
     )
@@ -224,7 +240,9 @@ def difference(expected: Expectation, observed: Any) -> str | None:
     want = expected.value
     if observed is None:
         return "it is None"
-    if isinstance(want, (bytes, bytearray)) and _same_raw_bytes(expected, observed):
+    if _same_raw_bytes(expected, observed) and (
+        isinstance(want, (bytes, bytearray)) or isinstance(observed, (bytes, bytearray, memoryview))
+    ):
         return None
     if isinstance(expected.spec, ImageSpec):
         array = _image_array(observed)
@@ -240,6 +258,8 @@ def difference(expected: Expectation, observed: Any) -> str | None:
         got = _as_tensor(observed)
         if got is None:
             return f"expected a tensor, observed a {type(observed).__name__}"
+        if got.dtype != want_tensor.dtype and _reinterpreted(expected, want, got):
+            return None
         if got.dtype != want_tensor.dtype:
             return f"dtype {str(got.dtype).removeprefix('torch.')}, expected {str(want_tensor.dtype).removeprefix('torch.')}"
         if tuple(got.shape) != tuple(want_tensor.shape):
@@ -268,9 +288,61 @@ def difference(expected: Expectation, observed: Any) -> str | None:
     return None if observed == want else f"observed {observed!r:.120}, expected {want!r:.120}"
 
 
+def _reinterpreted(expected: Expectation, want: Any, got: torch.Tensor) -> bool:
+    """A numpy uint16 array whose dtype the format did not declare (``view``), read as a float tensor of
+    the same shape and bytes: how bfloat16 is stored in numpy (MLPerf's FLUX data), not a cast."""
+    declared = getattr(expected.spec, "view", None)
+    return (
+        declared is None
+        and isinstance(want, np.ndarray)
+        and want.dtype == np.uint16
+        and got.is_floating_point()
+        and got.element_size() == 2
+        and tuple(got.shape) == tuple(want.shape)
+        and _bits(got) == np.ascontiguousarray(want).tobytes()
+    )
+
+
 def _same_raw_bytes(expected: Expectation, observed: Any) -> bool:
+    """The observed value is the member's bytes: passed on undecoded (NeMo's and DFM's cookers leave
+    decoding to ``encode_sample``), or decoded into a tensor whose bytes they are (headerless bytes)."""
+    if expected.raw is None:
+        return False
+    if isinstance(observed, (bytes, bytearray, memoryview)):
+        return bytes(observed) == expected.raw
     tensor = _as_tensor(observed)
-    return expected.raw is not None and tensor is not None and _bits(tensor) == expected.raw
+    return tensor is not None and _bits(tensor) == expected.raw
+
+
+def raw_holder(output: Any, data: bytes, spec: MemberSpec | None = None) -> str | None:
+    """The output field that passes a whole member on, every leaf intact, or None: its bytes exactly as
+    read, or (a pickle or JSON member) the whole decoded structure (NeMo's and DFM's cookers hand their
+    decoder's dicts to ``encode_sample`` as they are)."""
+    data = bytes(data)
+    present = {n: v for n, v in fields(output).items() if not n.startswith("__")}
+    for name, value in present.items():
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            if len(value) == len(data) and bytes(value) == data:
+                return name
+    if isinstance(spec, (PickleSpec, JsonSpec)):
+        try:
+            want = _canonical(fingerprint(decode_member(spec, data)))
+        except Exception:  # an unreadable member: no field can hold it whole
+            return None
+        for name, value in present.items():
+            if isinstance(value, (Mapping, list, tuple, np.ndarray, torch.Tensor)):
+                if _canonical(fingerprint(value)) == want:
+                    return name
+    return None
+
+
+def _canonical(value: Any) -> Any:
+    """A fingerprint with dict items in key order (a decoder may not keep the file's order)."""
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "dict":
+        return ("dict", tuple(sorted((k, _canonical(v)) for k, v in value[1])))
+    if isinstance(value, tuple):
+        return tuple(_canonical(v) for v in value)
+    return value
 
 
 def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:

@@ -1,4 +1,5 @@
-"""The pytest plugin (entry point ``pytest11``): ``pytest --cooker MODULE:ATTR`` / ``--task-encoder``.
+"""The pytest plugin (entry point ``pytest11``): ``pytest --cooker MODULE:ATTR`` / ``--task-encoder`` /
+``--wrapper``.
 
 Without those options it does nothing. With them, pytest collects the conformance suite (one test per
 property and target) instead of the current directory's tests.
@@ -97,6 +98,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="MODULE:ATTR",
         help="check this TaskEncoder class (built with no arguments) or instance (repeatable)",
     )
+    group.addoption(
+        "--wrapper",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="check this dataloader wrapper class, built as Wrapper(loader) (repeatable)",
+    )
     for name, attrs in _SHORTENABLE.items():
         help_text = f"{attrs['help']} (also --{name} unless another plugin has taken it)"
         group.addoption(f"--conformance-{name}", dest=option_dest(name), **{**attrs, "help": help_text})
@@ -152,7 +160,7 @@ def pytest_load_initial_conftests(
 
 
 def _active(config: pytest.Config) -> bool:
-    return bool(config.getoption("cooker", None) or config.getoption("task_encoder", None))
+    return any(config.getoption(option, None) for option in ("cooker", "task_encoder", "wrapper"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -180,7 +188,11 @@ def _check_usage(config: pytest.Config) -> None:
     input_form = config.getoption(option_dest("input-form"))
     problems = []
     targets = []
-    for kind, option in (("cooker", "--cooker"), ("task_encoder", "--task-encoder")):
+    for kind, option in (
+        ("cooker", "--cooker"),
+        ("task_encoder", "--task-encoder"),
+        ("wrapper", "--wrapper"),
+    ):
         for spec in config.getoption(kind.replace("-", "_")):
             try:
                 targets.append((option, spec, resolve_target(spec, kind=kind, input_form=input_form)))
@@ -270,6 +282,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         + ", ".join(
             [f"cooker {c}" for c in config.getoption("cooker")]
             + [f"TaskEncoder {t}" for t in config.getoption("task_encoder")]
+            + [f"wrapper {w}" for w in config.getoption("wrapper")]
         ),
         f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
         f"megatron-energon {env['megatron-energon']}, torch {env['torch']}, hypothesis {env['hypothesis']}",
@@ -362,6 +375,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     targets = [{"target": c, "kind": "cooker"} for c in config.getoption("cooker")]
     targets += [{"target": t, "kind": "task_encoder"} for t in config.getoption("task_encoder")]
+    targets += [{"target": w, "kind": "wrapper"} for w in config.getoption("wrapper")]
     formats = _formats_by_target(_collected)
     for target in targets:
         target["formats"] = formats.get(target["target"], {})

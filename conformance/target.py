@@ -1,9 +1,11 @@
-"""Resolving ``MODULE:ATTR`` into a conformance target: a cooker or a TaskEncoder.
+"""Resolving ``MODULE:ATTR`` into a conformance target: a cooker, a TaskEncoder or a dataloader wrapper.
 
 A cooker target is an Energon :class:`~megatron.energon.Cooker` or a bare (``@stateless``) cook function;
 the suite runs it inside a harness TaskEncoder that adds nothing but the cooker and a list-batching
 ``batch()``. A TaskEncoder target is a class (built with no arguments) or an instance, run as it is,
-decoder included.
+decoder included. A wrapper target is a class built as ``Wrapper(loader)`` (the guide's
+``MegatronDataloaderWrapper``); the loaders it is checked around use the reference
+``EncodedDiffusionTaskEncoder``.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Target:
     """A thing under test. ``make_task_encoder()`` builds a fresh TaskEncoder for each loader."""
 
     spec: str
-    kind: Literal["cooker", "task_encoder"]
+    kind: Literal["cooker", "task_encoder", "wrapper"]
     obj: Any
     input_form: InputForm = "bytes"
 
@@ -74,6 +76,8 @@ class Target:
         """The target's cookers, in dispatch order."""
         if self.kind == "cooker":
             return [self.obj if isinstance(self.obj, Cooker) else Cooker(self.obj)]
+        if self.kind == "wrapper":
+            return []  # the wrapper's data comes from the reference TaskEncoder; it declares no format
         return list(getattr(self.make_task_encoder(), "cookers", None) or [])
 
     @property
@@ -105,12 +109,16 @@ class Target:
     def make_task_encoder(self) -> TaskEncoder:
         if self.kind == "cooker":
             return HarnessTaskEncoder(self.cookers[0], self.input_form)
+        if self.kind == "wrapper":
+            from primus_energon import EncodedDiffusionTaskEncoder
+
+            return EncodedDiffusionTaskEncoder()
         if isinstance(self.obj, type):
             return self.obj()
         return self.obj
 
     def describe(self) -> str:
-        what = "cooker" if self.kind == "cooker" else "TaskEncoder"
+        what = {"cooker": "cooker", "task_encoder": "TaskEncoder", "wrapper": "wrapper"}[self.kind]
         return f"{what} {self.spec}"
 
 
@@ -123,6 +131,13 @@ def resolve_target(spec: str | Any, *, kind: str | None = None, input_form: Inpu
     use instead)."""
     obj = load_object(spec) if isinstance(spec, str) else spec
     label = spec if isinstance(spec, str) else f"{getattr(obj, '__module__', '?')}:{_qualname(obj)}"
+    if kind == "wrapper":
+        if not isinstance(obj, type) or issubclass(obj, TaskEncoder):
+            raise ValueError(
+                f"{label} is {_describe_object(obj)}, not a wrapper class (built as Wrapper(loader), like "
+                "primus_energon.MegatronDataloaderWrapper)"
+            )
+        return Target(spec=label, kind="wrapper", obj=obj)
     is_te_class = isinstance(obj, type) and issubclass(obj, TaskEncoder)
     is_te = is_te_class or isinstance(obj, TaskEncoder)
     is_cooker = isinstance(obj, Cooker) or (callable(obj) and not isinstance(obj, type) and not is_te)

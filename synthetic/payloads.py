@@ -236,7 +236,12 @@ class PayloadFactory:
         return member_rng(self.seed, index, name).bytes(spec.size)
 
     def array(self, name: str, spec: NpySpec, index: int) -> np.ndarray:
-        """The numpy array of an npy member or leaf (the tensor it would be, as numpy)."""
+        """The numpy array of an npy member or leaf (the tensor it would be, as numpy; with `view`, a
+        tensor of that dtype whose bytes are stored as the array's dtype)."""
+        if spec.view is not None:
+            tensor = self.tensor(name, TensorSpec(spec.shape, spec.view), index).contiguous()
+            raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            return np.frombuffer(raw, dtype=spec.dtype).reshape(spec.shape).copy()
         return self.tensor(name, TensorSpec(spec.shape, spec.dtype), index).numpy()
 
     def leaf(self, name: str, leaf: Any, index: int) -> Any:

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "FLOAT_DTYPES",
     "IMAGE_FORMATS",
+    "NPY_DTYPES",
     "TENSOR_DTYPES",
     "BytesSpec",
     "ImageSpec",
@@ -65,6 +66,8 @@ __all__ = [
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 TENSOR_DTYPES: tuple[str, ...] = FLOAT_DTYPES + ("int64", "int32", "int16", "int8", "uint8", "bool")
+#: numpy arrays: no bfloat16 (numpy has none), and uint16 (how MLPerf's FLUX data stores bfloat16)
+NPY_DTYPES: tuple[str, ...] = tuple(d for d in TENSOR_DTYPES if d != "bfloat16") + ("uint16",)
 #: member extension -> Pillow format name
 IMAGE_FORMATS: Mapping[str, str] = MappingProxyType(
     {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
@@ -111,18 +114,24 @@ def _with_field(out: dict[str, Any], field_name: str | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class NpySpec:
-    """A numpy array written with ``np.save`` (never with pickled objects)."""
+    """A numpy array written with ``np.save`` (never with pickled objects). `view`: the dtype its bytes
+    hold when numpy cannot (MLPerf's FLUX data: bfloat16 stored as a uint16 array, read back with
+    ``torch.from_numpy(array).view(torch.bfloat16)``)."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
     field: str | None = None
+    view: str | None = None
     kind: ClassVar[str] = "npy"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
 
     def to_dict(self) -> dict[str, Any]:
-        return _with_field({"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype}, self.field)
+        out: dict[str, Any] = {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype}
+        if self.view is not None:
+            out["view"] = self.view
+        return _with_field(out, self.field)
 
 
 @dataclass(frozen=True)
@@ -264,8 +273,11 @@ class Schema:
     members: Mapping[str, MemberSpec]
     subflavors: Mapping[str, Any] = field(default_factory=dict)
     buckets: tuple[tuple[float, float], ...] = DEFAULT_BUCKETS
+    #: members a cooker must not drop (the conformance suite calls a dropped one lost data)
+    required: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "required", tuple(self.required))
         object.__setattr__(self, "members", MappingProxyType(dict(self.members)))
         object.__setattr__(self, "subflavors", MappingProxyType(dict(self.subflavors)))
         object.__setattr__(self, "buckets", tuple((float(h), float(w)) for h, w in self.buckets))
@@ -291,6 +303,8 @@ class Schema:
             out["subflavors"] = dict(self.subflavors)
         if self.buckets != DEFAULT_BUCKETS:
             out["buckets"] = [list(b) for b in self.buckets]
+        if self.required:
+            out["required"] = list(self.required)
         out["members"] = {name: spec.to_dict() for name, spec in self.members.items()}
         return out
 
@@ -372,24 +386,47 @@ def _validate_schema(schema: Schema, source: str) -> None:
         _validate_spec(spec, where)
     if "encoding" in schema.subflavors:
         raise SyntheticError(f"{source}: put the encoding in 'encoding', not in 'subflavors'")
+    unknown = [name for name in schema.required if name not in schema.members]
+    if unknown:
+        raise SyntheticError(f"{source}: required names {unknown}, which are not members")
     if not schema.buckets or not all(h > 0 and w > 0 for h, w in schema.buckets):
         raise SyntheticError(
             f"{source}: buckets must be a non-empty list of positive [height_scale, width_scale]"
         )
 
 
+_ITEMSIZES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2}
+_ITEMSIZES.update({"uint16": 2, "int8": 1, "uint8": 1, "bool": 1})
+
+
+def _itemsize(dtype: str) -> int:
+    return _ITEMSIZES[dtype]
+
+
 def _validate_spec(spec: Any, where: str) -> None:
     """Check one member or leaf spec; errors name `where`."""
     if spec.field is not None and (not isinstance(spec.field, str) or not spec.field):
         raise SyntheticError(f"{where}: field must be the name of the output field, got {spec.field!r}")
-    if isinstance(spec, (TensorSpec, NpySpec)):
+    if isinstance(spec, NpySpec):
+        _check_shape(spec.shape, f"{where}: shape")
+        if spec.dtype == "bfloat16":
+            raise SyntheticError(
+                f"{where}: numpy has no bfloat16; store it as uint16 with view: bfloat16 (or as raw bytes: "
+                "kind: bytes, dtype: bfloat16)"
+            )
+        if spec.dtype not in NPY_DTYPES:
+            raise SyntheticError(f"{where}: dtype {spec.dtype!r} is not one of {', '.join(NPY_DTYPES)}")
+        if spec.view is not None and (
+            spec.view not in TENSOR_DTYPES or _itemsize(spec.view) != _itemsize(spec.dtype)
+        ):
+            raise SyntheticError(
+                f"{where}: view must be a dtype of the same size as {spec.dtype} ({', '.join(TENSOR_DTYPES)}), "
+                f"got {spec.view!r}"
+            )
+    elif isinstance(spec, TensorSpec):
         _check_shape(spec.shape, f"{where}: shape")
         if spec.dtype not in TENSOR_DTYPES:
             raise SyntheticError(f"{where}: dtype {spec.dtype!r} is not one of {', '.join(TENSOR_DTYPES)}")
-        if isinstance(spec, NpySpec) and spec.dtype == "bfloat16":
-            raise SyntheticError(
-                f"{where}: numpy has no bfloat16; store it as raw bytes (kind: bytes, dtype: bfloat16)"
-            )
         if isinstance(spec, TensorSpec) and spec.bucketed and len(spec.shape) < 2:
             raise SyntheticError(f"{where}: a bucketed tensor needs at least 2 dims, got {list(spec.shape)}")
     elif isinstance(spec, TextSpec):
@@ -437,7 +474,7 @@ def _validate_spec(spec: Any, where: str) -> None:
 _SPEC_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "tensor": ("shape", "dtype", "bucketed", "field"),
-        "npy": ("shape", "dtype", "field"),
+        "npy": ("shape", "dtype", "view", "field"),
         "text": ("min_words", "max_words", "non_ascii", "long_every", "long_words", "field"),
         "image": ("size", "format", "quality", "field"),
         "json": ("fields", "field"),
@@ -452,10 +489,11 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
         raise SyntheticError(
             f"{source}: a schema is a mapping with 'encoding' and 'members', got {type(data).__name__}"
         )
-    unknown = set(data) - {"encoding", "members", "subflavors", "buckets"}
+    unknown = set(data) - {"encoding", "members", "subflavors", "buckets", "required"}
     if unknown:
         raise SyntheticError(
-            f"{source}: unknown top-level field(s) {sorted(unknown)}; allowed: encoding, members, subflavors, buckets"
+            f"{source}: unknown top-level field(s) {sorted(unknown)}; allowed: encoding, members, subflavors, "
+            "buckets, required"
         )
     if "encoding" not in data or "members" not in data:
         raise SyntheticError(f"{source}: a schema needs 'encoding' (the subflavor) and 'members'")
@@ -507,8 +545,17 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
         raise SyntheticError(
             f"{source}: buckets must be a list of [height_scale, width_scale] pairs"
         ) from None
+    required = data.get("required", ())
+    if isinstance(required, str) or not all(isinstance(name, str) for name in required):
+        raise SyntheticError(f"{source}: required must be a list of member names")
     try:
-        return Schema(encoding=data["encoding"], members=members, subflavors=subflavors, buckets=buckets)
+        return Schema(
+            encoding=data["encoding"],
+            members=members,
+            subflavors=subflavors,
+            buckets=buckets,
+            required=tuple(required),
+        )
     except SyntheticError as exc:
         raise SyntheticError(str(exc).replace("schema:", f"{source}:", 1)) from None
 
@@ -633,7 +680,8 @@ def harmonised(schemas: list[Schema]) -> list[Schema]:
                 continue
             counts[field_name] = counts.get(field_name, 0) + 1
             if field_name not in fixed and (field_name not in chosen or not isinstance(spec, TensorSpec)):
-                chosen[field_name] = (tuple(spec.shape or ()), str(spec.dtype))
+                dtype = spec.view if isinstance(spec, NpySpec) and spec.view else spec.dtype
+                chosen[field_name] = (tuple(spec.shape or ()), str(dtype))
                 if not isinstance(spec, TensorSpec):
                     fixed.add(field_name)
     out = []
@@ -644,7 +692,10 @@ def harmonised(schemas: list[Schema]) -> list[Schema]:
             if field_name is None or counts[field_name] < 2:
                 continue
             shape, dtype = chosen[field_name]
-            if isinstance(spec, NpySpec) and dtype == "bfloat16":
+            if isinstance(spec, NpySpec) and spec.view:
+                members[name] = replace(spec, shape=shape)  # its view is what the format fixes
+                continue
+            if isinstance(spec, NpySpec) and dtype not in NPY_DTYPES:
                 dtype = spec.dtype  # numpy has no bfloat16
             members[name] = replace(spec, shape=shape, dtype=dtype)
         out.append(replace(schema, members=members))

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from megatron.energon import basic_sample_keys, stateless
 
 from conformance import check_cooker, check_task_encoder
 from conformance.api import make_context
 from conformance.target import resolve_target
 from primus_energon.formats import SIZES
-from megatron.energon import basic_sample_keys, stateless
-
 from synthetic import (
     BytesSpec,
     NpySpec,
@@ -114,9 +113,7 @@ def test_a_task_encoder_is_checked_on_each_format_its_cookers_declare() -> None:
 
 
 def test_an_unknown_format_beside_a_known_one_is_listed_as_not_checked(exotic_module: Path) -> None:
-    (accepted,) = check_task_encoder(
-        "exotic_targets:AlsoExotic", properties=["accepted"], profile="quick"
-    )
+    (accepted,) = check_task_encoder("exotic_targets:AlsoExotic", properties=["accepted"], profile="quick")
     assert accepted.verdict == "pass", accepted.message
     assert [f["encoding"] for f in accepted.formats["checked"]] == ["preencoded"]
     (missing,) = accepted.formats["not_checked"]
@@ -191,7 +188,7 @@ def test_a_mixed_batch_failure_is_reported_once_by_batch_not_again_by_blend() ->
             f"{ZOO}:FirstSampleDecidesTaskEncoder", properties=["batch", "blend"], profile="quick"
         )
     }
-    assert results["batch"].claim("mixed_formats").verdict == "fail"
+    assert results["batch"].claim("mixed_formats_batched").verdict == "fail"
     assert results["blend"].verdict == "pass", results["blend"].message
     assert results["blend"].details["mixed_formats"] is False
     assert len(set(results["blend"].details["blends"][0]["encodings"])) == 1
@@ -236,6 +233,24 @@ def test_nan_values_in_a_users_data_are_no_false_alarm(tmp_path: Path) -> None:
             dataset=str(dataset),
         )
     }
-    for name in ("fidelity/other", "batch/rows"):  # headerless bytes are inferred as bytes: found by raw bytes
+    for name in (
+        "fidelity/other",
+        "batch/rows",
+    ):  # headerless bytes are inferred as bytes: found by raw bytes
         claim = results[name.partition("/")[0]].claim(name)
         assert claim.verdict == "pass" and claim.examined > 0, f"{name}: {claim.verdict} {claim.message}"
+
+
+def test_crude_samples_keep_the_decoders_numpy_arrays(tmp_path: Path) -> None:
+    """The crude samples the checks cook are what Energon hands a cooker: a decoder's numpy array stays a
+    numpy array (torch's DataLoader would turn it into a tensor on the way out of the reading loader)."""
+    import numpy as np
+
+    from conformance.data import read_crude
+    from primus_energon.decoding import SafeSampleDecoder
+    from synthetic import generate_dataset
+
+    dataset = tmp_path / "nemo"
+    generate_dataset(dataset, schema=load_schema(example_schemas()["nemo"]), num_samples=2, shard_size=2)
+    (first, _) = read_crude(dataset, decoder=SafeSampleDecoder())
+    assert isinstance(first[".pickle"], np.ndarray) and first[".pickle"].dtype == np.float16

@@ -99,6 +99,24 @@ def test_reference_cooker_exits_0(tmp_path: Path) -> None:
     assert "3 passed" in run.stdout
 
 
+def test_wrappers_get_the_wrapper_property_only(tmp_path: Path) -> None:
+    """--wrapper collects one test per wrapper (its own property); the reference passes, a wrapper that
+    spins on an empty loader fails that claim, and the run ends without a child process left."""
+    run = _pytest(
+        tmp_path,
+        "--wrapper",
+        "primus_energon:MegatronDataloaderWrapper",
+        "--wrapper",
+        "tests.conformance_zoo.wrappers:SpinningWrapper",
+        "-v",
+    )
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "test_property[MegatronDataloaderWrapper-wrapper] PASSED" in run.stdout
+    assert "test_property[SpinningWrapper-wrapper] FAILED" in run.stdout
+    assert "[crash] wrapper/empty" in run.stdout and "2 failed" not in run.stdout
+    assert "MegatronDataloaderWrapper-accepted" not in run.stdout and "2 passed" not in run.stdout
+
+
 def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None:
     (tmp_path / "test_unrelated.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
     run = _pytest(tmp_path)
@@ -122,6 +140,10 @@ def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None
         (
             ["--task-encoder", "primus_energon:PREENCODED_COOKER"],
             "is a Cooker, not a TaskEncoder class or instance; check it with --cooker primus_energon:PREENCODED_COOKER",
+        ),
+        (
+            ["--wrapper", "primus_energon:cook_preencoded_diffusion"],
+            "is a function, not a wrapper class (built as Wrapper(loader)",
         ),
         (
             ["--cooker", "primus_energon:PREENCODED_COOKER", "--conformance-schema", "/nonexistent.yaml"],

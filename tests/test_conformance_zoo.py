@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import check_cooker, check_task_encoder
+from conformance import check_cooker, check_task_encoder, check_wrapper
 from conformance.properties import PROPERTIES, all_claims
 from tests.conformance_zoo.broken import BROKEN_TARGETS
 from tests.conformance_zoo.correct import CORRECT_TARGETS
@@ -16,7 +16,7 @@ from tests.conformance_zoo.pathological import PATHOLOGICAL_TARGETS
 from tests.helpers import live_processes
 
 #: Properties that run in-process in seconds; the process-level ones have their own test files.
-FAST_PROPERTIES = ["accepted", "keys", "fidelity", "purity", "bad_input", "batch"]
+FAST_PROPERTIES = ["accepted", "keys", "fidelity", "purity", "bad_input", "batch", "wrapper"]
 
 REFERENCE_TARGETS = {
     "PREENCODED_COOKER": ("cooker", "primus_energon:PREENCODED_COOKER"),
@@ -25,11 +25,12 @@ REFERENCE_TARGETS = {
     "EncodedDiffusionTaskEncoder": ("task_encoder", "primus_energon:EncodedDiffusionTaskEncoder"),
     "RawDiffusionTaskEncoder": ("task_encoder", "primus_energon:RawDiffusionTaskEncoder"),
     "MultiFormatTaskEncoder": ("task_encoder", "primus_energon:MultiFormatTaskEncoder"),
+    "MegatronDataloaderWrapper": ("wrapper", "primus_energon:MegatronDataloaderWrapper"),
 }
 
 
 def _run(kind: str, spec: str, properties: list[str], **options):
-    check = check_cooker if kind == "cooker" else check_task_encoder
+    check = {"cooker": check_cooker, "task_encoder": check_task_encoder, "wrapper": check_wrapper}[kind]
     return {r.property: r for r in check(spec, properties=properties, profile="quick", **options)}
 
 

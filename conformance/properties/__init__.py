@@ -16,7 +16,7 @@ from types import ModuleType
 from ..claims import Claim, ClaimRecorder
 from ..context import CheckContext
 
-__all__ = ["Property", "PROPERTIES", "get_property", "all_claims"]
+__all__ = ["Property", "PROPERTIES", "get_property", "all_claims", "properties_for"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Property:
     number: int
     title: str
     module: str
-    #: "cooker", "task_encoder" or both
+    #: the target kinds it checks: "cooker", "task_encoder", "wrapper"
     applies_to: frozenset[str] = frozenset({"cooker", "task_encoder"})
     #: needs a target that cooks clean data: blocked (skipped, once) when ``accepted`` fails
     needs_loader: bool = True
@@ -57,6 +57,9 @@ PROPERTIES: tuple[Property, ...] = (
     Property("bad_input", 10, "Bad input and security", "bad_input"),
     Property("batch", 11, "Batch contract", "batch", _TE),
     Property("throughput", 12, "Throughput", "throughput"),
+    Property(
+        "wrapper", 13, "Dataloader wrapper contract", "wrapper", frozenset({"wrapper"}), needs_loader=False
+    ),
 )
 
 
@@ -70,3 +73,8 @@ def get_property(property_id: str) -> Property:
 def all_claims() -> list[Claim]:
     """Every claim of every property, in report order."""
     return [claim for prop in PROPERTIES for claim in prop.claims]
+
+
+def properties_for(kind: str) -> list[Property]:
+    """The properties that check a target of ``kind``, in report order."""
+    return [prop for prop in PROPERTIES if kind in prop.applies_to]

@@ -16,19 +16,19 @@ CLAIMS = claims_of(
     (
         "cookers",
         "the target registers at least one cooker",
-        Harm.DATA,
+        Harm.CRASH,
         "add `cookers = [Cooker(cook_fn, has_subflavors={...})]` to the TaskEncoder",
     ),
     (
         "stateless",
         "every cook function is @stateless (since Energon 7.0 Energon refuses every sample otherwise)",
-        Harm.DATA,
+        Harm.CRASH,
         "decorate each cook function with @megatron.energon.stateless (@cooker alone does not do it)",
     ),
     (
         "matches",
         "a cooker matches the subflavors of every dataset the target is checked on",
-        Harm.DATA,
+        Harm.CRASH,
         "give the cooker has_subflavors the data has (dataset.yaml `subflavors`), or check it with "
         "--conformance-encoding / --conformance-dataset on the data it is for",
     ),

@@ -14,6 +14,7 @@ the sample is advice: Energon's handler logs the sample's key and shard for ever
 
 from __future__ import annotations
 
+import copy
 import inspect
 import io
 import json
@@ -131,6 +132,14 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
                 yield f"leaf {leaf!r} missing", "bytes", pickle_bytes(rest, spec.protocol)
 
 
+class _StacksOnlyWithItsKind(Exception):
+    """The faulty sample was encoded, and failed to batch only beside a clean sample of another shape."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _outcome(
     ctx: CheckContext, template: dict, sample: dict, stage: str, member: str, bad: Any
 ) -> tuple[str, Any]:
@@ -163,10 +172,22 @@ def _outcome(
         companion = encoded(decode_like_target(ctx, template), clean=True)
         task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
         with worker_context(ctx.seed, 0):
-            return task_encoder.batch([faulty, companion])
+            try:
+                return task_encoder.batch([faulty, companion])
+            except Exception as error:
+                # A default whose shape differs from the suite's small data (DFM's zero CLIP embedding is
+                # [768]) fails to stack beside a clean sample here, but not in a run on full-sized data:
+                # the faulty sample batched with its own kind shows whether the failure was only that.
+                try:
+                    task_encoder.batch([faulty, copy.deepcopy(faulty)])
+                except Exception:
+                    raise error from None
+                raise _StacksOnlyWithItsKind(error) from error
 
     try:
         return "output", call_with_timeout(pipeline, ctx.call_timeout_s)
+    except _StacksOnlyWithItsKind as only:
+        return "output-shape", only.error
     except TimedOut:
         return "hang", None
     except SkipSample:
@@ -197,6 +218,13 @@ def _judge(
             )
             claim.problem(
                 f"{what}: sample {key!r} came out {where} instead of raising an error: a silent default"
+            )
+        elif kind == "output-shape":
+            claim.problem(
+                f"{what}: sample {key!r} was encoded instead of raising an error: a silent default. It failed to "
+                f"batch beside a clean sample only because the default's shape differs from the suite's small "
+                f"data ({type(value).__name__}: {' '.join(str(value).split())[:160]}); batched with samples of "
+                "its own shape it goes through, as it would beside full-sized data"
             )
     if kind == "error":
         with claims.claim("names_sample") as claim:
@@ -240,7 +268,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             if member not in template:
                 continue
             unused = clean is not None and not holds(clean, member, spec, template[member])
-            if not is_required(schema.encoding, spec) and unused:
+            if not is_required(schema, member, spec) and unused:
                 # the target does not use this member (a provenance sidecar): its faults cannot reach training
                 details.setdefault("members_not_used", []).append(member)
                 continue

@@ -66,6 +66,14 @@ CLAIMS = claims_of(
         "with None for the others), or group batches by format with batch_group_criterion",
     ),
     (
+        "mixed_formats_batched",
+        "batch() of a batch mixing the formats the TaskEncoder cooks returns a batch (a blend of its datasets "
+        "does not stop training at its first mixed batch)",
+        Harm.CRASH,
+        "decide each field per sample, not from samples[0] (stack a field every sample has, keep a list with "
+        "None otherwise), or group batches by format with batch_group_criterion",
+    ),
+    (
         "inputs_unchanged",
         "encode_sample and batch() write neither into their samples nor into the crude member bytes",
         Harm.ADVICE,
@@ -109,7 +117,8 @@ def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int, *, clean: b
 
 def _check_rows(batch: Any, samples: list[Any]) -> int:
     size = len(samples)
-    keys = [get_field(s, "__key__") for s in samples]
+    raw_keys = [get_field(s, "__key__") for s in samples]
+    keys = [f"#{i} (no __key__)" if k is MISSING else k for i, k in enumerate(raw_keys)]
     matched = 0
     for name in field_names(batch):
         value = get_field(batch, name)
@@ -123,6 +132,10 @@ def _check_rows(batch: Any, samples: list[Any]) -> int:
                     f"size {size}"
                 )
             for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
+                if expected.ndim and expected.shape[0] == 1 and value[row].shape == expected.shape[1:]:
+                    expected = expected[
+                        0
+                    ]  # torch.cat of one-row tensors (a per-sample length [1]): row i is it
                 if value[row].shape != expected.shape or value.dtype != expected.dtype:
                     fail(
                         f"batch field {name!r} row {row} is {list(value[row].shape)} {value.dtype}, sample {key!r} has "
@@ -143,7 +156,7 @@ def _check_rows(batch: Any, samples: list[Any]) -> int:
                     fail(f"batch field {name!r} entry {row} is not sample {row}'s value (key {key!r})")
             matched += 1
     batch_keys = get_field(batch, "__key__")
-    if batch_keys is not MISSING and list(batch_keys) != keys:
+    if batch_keys is not MISSING and MISSING not in raw_keys and list(batch_keys) != keys:
         fail(
             f"batch __key__ is {list(batch_keys)}, the samples were {keys}: dropped, duplicated or reordered"
         )
@@ -165,13 +178,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 @given(rows=st.lists(st.integers(0, len(samples) - 1), min_size=1, max_size=8, unique=True))
                 def contract(rows: list[int]) -> None:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
+                    claim.examined()  # noqa: B023
                     batch = _batch(task_encoder, chosen, ctx.seed)
                     if _check_rows(batch, chosen) == 0:
                         fail(
                             f"no batch field corresponds to a sample field (batch fields {field_names(batch)}); "
                             "the batch contract cannot be checked"
                         )
-                    claim.examined()  # noqa: B023
                     stats["batches"] += 1
 
                 contract()
@@ -179,19 +192,28 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
         _mismatched_shapes(ctx, claims, task_encoder, encoding)
     if len(ctx.encodings()) < 2:
+        claims.not_applicable("mixed_formats_batched", "the target is checked on one data format")
         claims.not_applicable("mixed_formats", "the target is checked on one data format")
     else:
-        with claims.claim("mixed_formats") as claim:
+        with claims.claim("mixed_formats_batched") as claim:
             mixed = mixed_format_problems(ctx)
             claim.examined(mixed["examined"])
-            for problem in mixed["problems"]:
+            for problem in mixed["raised"]:
                 claim.problem(problem)
             stats["mixed_formats"] = mixed["how"]
+        if mixed["batched"] == 0:
+            claims.not_applicable("mixed_formats", "blocked by batch/mixed_formats_batched")
+        else:
+            with claims.claim("mixed_formats") as claim:
+                claim.examined(mixed["batched"])
+                for problem in mixed["lost"]:
+                    claim.problem(problem)
     return stats
 
 
 def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:
-    """What goes wrong when the target's formats meet in one batch (``{"problems", "examined", "how"}``),
+    """What goes wrong when the target's formats meet in one batch (``{"raised", "lost", "problems",
+    "examined", "batched", "how"}``: the errors batch() raised, the fields it lost, both),
     computed once per context (the blend property asks too). Raises PropertySkipped when a format alone
     cannot be batched (the rows claim reports that)."""
     return ctx.cached("mixed-formats", lambda: _mixed_formats(ctx))
@@ -214,14 +236,19 @@ def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
     if type(task_encoder).batch_group_criterion is not TaskEncoder.batch_group_criterion:
         groups: dict[str, set[Any]] = {}
         for name, samples in formats.items():
-            with target_call(f"batch_group_criterion() of a clean {name} sample"), worker_context(ctx.seed, 0):
+            with (
+                target_call(f"batch_group_criterion() of a clean {name} sample"),
+                worker_context(ctx.seed, 0),
+            ):
                 groups[name] = {_group_key(task_encoder.batch_group_criterion(s)) for s in samples}
         shared = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if groups[a] & groups[b]]
         if not shared:
             count = sum(len(samples) for samples in formats.values())
-            return {"problems": [], "examined": count, "how": "batch_group_criterion keeps the formats apart"}
-    problems: list[str] = []
-    examined = 0
+            how = "batch_group_criterion keeps the formats apart"
+            return {"raised": [], "lost": [], "problems": [], "examined": count, "batched": count, "how": how}
+    raised: list[str] = []
+    lost: list[str] = []
+    examined = batched = 0
     for first in names:
         mixed = _interleave(first, formats)
         kinds = [name for name, _ in mixed]
@@ -232,21 +259,30 @@ def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
             with worker_context(ctx.seed, 0):
                 batch = task_encoder.batch(list(samples))
         except Exception as error:
-            problems.append(
+            raised.append(
                 f"batch() of {label} raised {type(error).__name__}: {' '.join(str(error).split())[:240]}; a blend "
                 "of these datasets stops training at its first mixed batch"
             )
             continue
+        batched += 1
         present = set(field_names(batch))
         for name in names:
             for field_name in alone[name]:
                 if field_name not in present:
-                    problems.append(
+                    lost.append(
                         f"batch field {field_name!r}, which batch() makes for {name} samples, is missing from "
                         f"{label}: the {name} samples' {field_name} are lost"
                     )
-        problems += _rows_kept(batch, samples, kinds, label)
-    return {"problems": list(dict.fromkeys(problems)), "examined": examined, "how": "mixed batches"}
+        lost += _rows_kept(batch, samples, kinds, label)
+    raised, lost = list(dict.fromkeys(raised)), list(dict.fromkeys(lost))
+    return {
+        "raised": raised,
+        "lost": lost,
+        "problems": raised + lost,
+        "examined": examined,
+        "batched": batched,
+        "how": "mixed batches",
+    }
 
 
 def _group_key(criterion: Any) -> Any:

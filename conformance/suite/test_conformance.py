@@ -9,7 +9,7 @@ import pytest
 
 from conformance.api import make_context, run_property
 from conformance.plugin import claim_expectations, option_dest
-from conformance.properties import PROPERTIES, Property, get_property
+from conformance.properties import Property, get_property, properties_for
 from conformance.target import resolve_target
 
 
@@ -17,19 +17,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_target" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    specs = [("cooker", s) for s in config.getoption("cooker")] + [
-        ("task_encoder", s) for s in config.getoption("task_encoder")
+    specs = [
+        (kind, spec)
+        for kind, option in (("cooker", "cooker"), ("task_encoder", "task_encoder"), ("wrapper", "wrapper"))
+        for spec in config.getoption(option)
+    ]
+    wanted = config.getoption("conformance_property")
+    # one test per target and each property that checks its kind (a wrapper has a property of its own)
+    pairs = [
+        ((kind, spec), prop.id)
+        for kind, spec in specs
+        for prop in properties_for(kind)
+        if not wanted or prop.id in wanted
     ]
     metafunc.parametrize(
-        "conformance_target",
-        specs,
-        ids=[spec.rpartition(":")[2] or spec for _, spec in specs],
-        indirect=True,
+        ("conformance_target", "property_id"),
+        pairs,
+        ids=[f"{(spec.rpartition(':')[2] or spec)}-{pid}" for (_, spec), pid in pairs],
+        indirect=["conformance_target"],
         scope="session",
     )
-    wanted = config.getoption("conformance_property")
-    ids = [p.id for p in PROPERTIES if not wanted or p.id in wanted]
-    metafunc.parametrize("property_id", ids, ids=ids)
 
 
 @pytest.fixture(scope="session")

@@ -288,6 +288,12 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.formats:cook_nemo_raw_images",
         {"schema": str(_EXAMPLES / "nemo_raw.yaml")},
     ),
+    "DFM-style TaskEncoder (members passed on, decoded in encode_sample)": (
+        "task_encoder",
+        "tests.conformance_zoo.formats:DfmStyleTaskEncoder",
+        {"schema": str(_EXAMPLES / "dfm_flux.yaml")},
+    ),
+    "plain wrapper class": ("wrapper", "tests.conformance_zoo.wrappers:PlainWrapper", {}),
     "two formats, every field from every sample": (
         "task_encoder",
         "tests.conformance_zoo.formats:EverySampleTaskEncoder",

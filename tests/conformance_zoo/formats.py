@@ -79,16 +79,20 @@ _MLPERF_SHAPES = {
 
 
 def _bf16(data: Any, shape: tuple[int, ...], dtype: type = np.uint16) -> torch.Tensor:
+    """MLPerf's bfloat16 stored as uint16: an .npy file (shape kept), or headerless bytes of ``shape``."""
     if not isinstance(data, (bytes, bytearray)):
         raise TypeError(f"expected bytes, got {type(data).__name__}")
-    words = np.frombuffer(bytes(data), dtype=dtype)
-    if words.size != int(np.prod(shape)):
-        raise ValueError(f"expected {int(np.prod(shape))} values, got {words.size}")
-    return (
-        torch.from_numpy(words.copy())
-        .view(torch.bfloat16 if dtype is np.uint16 else torch.float16)
-        .reshape(shape)
-    )
+    if bytes(data[:6]) == b"\x93NUMPY":
+        words = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+        if words.dtype != np.uint16:
+            raise TypeError(f"expected a uint16 array, got {words.dtype}")
+        words = words.view(dtype)
+    else:
+        words = np.frombuffer(bytes(data), dtype=dtype)
+        if words.size != int(np.prod(shape)):
+            raise ValueError(f"expected {int(np.prod(shape))} values, got {words.size}")
+        words = words.reshape(shape)
+    return torch.from_numpy(words.copy()).view(torch.bfloat16 if dtype is np.uint16 else torch.float16)
 
 
 @stateless
@@ -260,3 +264,60 @@ class FirstSampleListsTaskEncoder(FirstSampleDecidesTaskEncoder):
             if getattr(samples[0], name) is not None:
                 out[name] = [getattr(s, name) for s in samples]
         return out
+
+
+@stateless
+def cook_dfm_passthrough(sample: dict) -> dict[str, Any]:
+    """DFM's cooker: the members as they are; encode_sample reads them."""
+    return {
+        **basic_sample_keys(sample),
+        "pth": sample["pth"],
+        "pickle": sample["pickle"],
+        "json": sample["json"],
+    }
+
+
+class ZeroPooledInEncodeTaskEncoder(DefaultTaskEncoder):
+    """As DFM's FLUX encoder: encode_sample fills a zero CLIP embedding of the real size ([768]) when the
+    pickle lacks one, so a faulty sample trains on zeros (and, on the suite's small data, cannot stack)."""
+
+    decoder = None
+    cookers = [Cooker(cook_dfm_passthrough)]
+
+    @stateless
+    def encode_sample(self, sample: dict) -> dict[str, Any]:
+        embeddings = safe_loads(sample["pickle"])
+        pooled = embeddings.get("pooled_prompt_embeds")
+        return {
+            **basic_sample_keys(sample),
+            "latents": _tensor(sample["pth"]),
+            "prompt_embeds": embeddings["prompt_embeds"],
+            "pooled_prompt_embeds": pooled if pooled is not None else torch.zeros(768),
+        }
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "__key__": [s["__key__"] for s in samples],
+            **{
+                f: torch.stack([s[f] for s in samples])
+                for f in ("latents", "prompt_embeds", "pooled_prompt_embeds")
+            },
+        }
+
+
+class DfmStyleTaskEncoder(ZeroPooledInEncodeTaskEncoder):
+    """DFM's structure done right: the cooker passes members on, encode_sample decodes them and refuses a
+    sample without its CLIP embedding."""
+
+    @stateless
+    def encode_sample(self, sample: dict) -> dict[str, Any]:
+        embeddings = safe_loads(sample["pickle"])
+        for name in ("prompt_embeds", "pooled_prompt_embeds"):
+            if not isinstance(embeddings.get(name), torch.Tensor):
+                raise KeyError(f"sample {sample['__key__']!r}: the pickle member has no tensor {name!r}")
+        return {
+            **basic_sample_keys(sample),
+            "latents": _tensor(sample["pth"]),
+            "prompt_embeds": embeddings["prompt_embeds"],
+            "pooled_prompt_embeds": embeddings["pooled_prompt_embeds"],
+        }
