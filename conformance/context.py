@@ -145,7 +145,9 @@ class CheckContext:
 
     def reproduce(self, property_id: str) -> str:
         """A command that re-runs one property on this target."""
-        flag = "--cooker" if self.target.kind == "cooker" else "--task-encoder"
+        flag = {"cooker": "--cooker", "task_encoder": "--task-encoder", "wrapper": "--wrapper"}[
+            self.target.kind
+        ]
         extra = f" --conformance-profile {self.profile.name}"
         # The --conformance-* spellings work everywhere (the short ones may belong to another plugin).
         if self.workspace.dataset:

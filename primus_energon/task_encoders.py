@@ -160,6 +160,20 @@ class MultiFormatTaskEncoder(SafeDecodingTaskEncoder):
         """The sample's encoding as its batch group (None: the loader's batch size)."""
         return ("preencoded" if isinstance(sample, DiffusionSample) else "raw"), None
 
+    def build_batch(self, dataset: Any, **kwargs: Any) -> Any:
+        # Energon 7.4.1 builds the GroupBatchDataset of grouped batching without `batcher_stateless`, so
+        # restore_sample refuses every batch although batch() is @stateless: pass it on here.
+        from megatron.energon.task_encoder.base import get_stateless
+        from megatron.energon.wrappers.group_batch_dataset import GroupBatchDataset
+
+        batched = super().build_batch(dataset, **kwargs)
+        inner = batched
+        while inner is not None and not isinstance(inner, GroupBatchDataset):
+            inner = getattr(inner, "dataset", None)  # under encode_batch's MapDataset
+        if inner is not None:
+            inner.batcher_stateless = get_stateless(self.batch)
+        return batched
+
     @stateless
     def batch(self, samples: list[Any]) -> dict[str, Any]:
         if isinstance(samples[0], DiffusionSample):

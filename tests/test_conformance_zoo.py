@@ -58,6 +58,8 @@ def test_broken_target_is_reported_on_its_claim(name: str, tmp_path: Path) -> No
     if verdict == "fail":
         assert result.verdict == "fail" and claim_id in result.message
         assert result.reproduce.startswith("pytest ") and f"--conformance-property {prop}" in result.reproduce
+        assert f"--{kind.replace('_', '-')} " in result.reproduce
+        assert kind != "wrapper" or "(note:" not in result.message  # a wrapper's data format is no guess
     else:  # advice never fails the property
         assert result.verdict in ("pass", "skip"), (
             f"{name}: advice made {prop} {result.verdict}: {result.message}"
@@ -135,6 +137,9 @@ def test_targets_that_cannot_cook_are_reported_never_crashed_on(name: str, tmp_p
     assert accepted.verdict == "fail", accepted.message
     assert "Traceback" not in accepted.message
     for prop in PROPERTIES:
+        if kind not in prop.applies_to:
+            assert prop.id not in results  # only the properties that check this kind of target run
+            continue
         result = results[prop.id]
         if prop.needs_loader and prop.id != "bad_input" and kind in prop.applies_to:
             assert result.verdict == "skip", f"{prop.id}: {result.verdict}: {result.message}"

@@ -678,6 +678,20 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "bad_input/code_execution",
         "fail",
     ),
+    "NeMo's float16 embedding widened to float32": (
+        "cooker",
+        "formats:cook_nemo_as_float32",
+        {"schema": _EXAMPLES + "/nemo.yaml"},
+        "fidelity/tensors",
+        "fail",
+    ),
+    "NeMo's control image taken from the image member": (
+        "cooker",
+        "formats:cook_nemo_raw_hint_from_image",
+        {"schema": _EXAMPLES + "/nemo_raw.yaml"},
+        "fidelity/images",
+        "fail",
+    ),
     "zero default for a missing embedding made in encode_sample": (
         "task_encoder",
         "formats:ZeroPooledInEncodeTaskEncoder",

@@ -321,3 +321,17 @@ class DfmStyleTaskEncoder(ZeroPooledInEncodeTaskEncoder):
             "prompt_embeds": embeddings["prompt_embeds"],
             "pooled_prompt_embeds": embeddings["pooled_prompt_embeds"],
         }
+
+
+@stateless
+def cook_nemo_as_float32(sample: dict) -> dict[str, Any]:
+    """NeMo's layout with the float16 T5 embedding widened to float32 (a silent cast)."""
+    cooked = cook_nemo(sample)
+    return {**cooked, "t5_text_embeddings": cooked["t5_text_embeddings"].float()}
+
+
+@stateless
+def cook_nemo_raw_hint_from_image(sample: dict) -> dict[str, Any]:
+    """NeMo's raw layout, but the control image is taken from the image member: the png is lost."""
+    cooked = cook_nemo_raw_images(sample)
+    return {**cooked, "hint": cooked["images"]}
