@@ -154,6 +154,7 @@ def build_loader(
     split_part: str = "train",
     on_error: str = "raise",
     task_encoder: TaskEncoder | None = None,
+    packing_buffer_size: int | None = None,
     **loader_kwargs: Any,
 ) -> SavableDataLoader:
     """Energon's own savable loader for ``path`` with a fresh TaskEncoder of the target."""
@@ -166,7 +167,17 @@ def build_loader(
     )
     task_encoder = task_encoder or target.make_task_encoder()
     with target_call(f"building {target.describe()}'s loader over {Path(path).name}"):
-        return _build(path, config, task_encoder, mode, split_part, batch_size, repeat, loader_kwargs)
+        return _build(
+            path,
+            config,
+            task_encoder,
+            mode,
+            split_part,
+            batch_size,
+            repeat,
+            loader_kwargs,
+            packing_buffer_size,
+        )
 
 
 def _build(
@@ -178,7 +189,9 @@ def _build(
     batch_size: int,
     repeat: bool,
     loader_kwargs: dict[str, Any],
+    packing_buffer_size: int | None = None,
 ) -> SavableDataLoader:
+    packing = {} if packing_buffer_size is None else {"packing_buffer_size": packing_buffer_size}
     if mode == "train":
         dataset = get_train_dataset(
             str(path),
@@ -189,6 +202,7 @@ def _build(
             max_samples_per_sequence=None,
             repeat=repeat,
             task_encoder=task_encoder,
+            **packing,
         )
     else:
         dataset = get_val_dataset(
@@ -197,6 +211,7 @@ def _build(
             worker_config=config,
             batch_size=batch_size,
             task_encoder=task_encoder,
+            **packing,
         )
     return get_savable_loader(dataset, **loader_kwargs)
 

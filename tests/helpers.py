@@ -88,3 +88,23 @@ def write_prepared_dataset(
     prepare_with_energon(root, ["shard-000000.tar"], ["train"])
     write_dataset_yaml(root, subflavors)
     return root
+
+
+def run_pytest(cwd: Path, *args: str, pythonpath: str = "") -> Any:
+    """``python -m pytest -p no:cacheprovider ARGS`` in a fresh interpreter in ``cwd``, with the project
+    (and ``pythonpath``) importable; returns the ``CompletedProcess``."""
+    import os
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, repo) if p)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

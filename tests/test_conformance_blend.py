@@ -95,7 +95,10 @@ def test_cooker_dropping_entry_subflavors_is_advice(workdir: Path, fast: None) -
     assert keys.verdict == "pass", keys.message  # on a single dataset it looks right
     assert not keys.advice, keys.advice
     claim = result.claim("blend/subflavors")
-    assert claim.verdict == "advice", f"{claim.verdict}: {claim.message}"
+    ratios = result.claim("blend/ratios")
+    assert claim.verdict == "advice", (
+        f"{claim.verdict}: {claim.message} (ratios: {ratios.verdict}: {ratios.message})"
+    )
     assert claim.examined > 0 and result.advice == [claim]
     assert claim.message.startswith("- sample 'blend"), claim.message
     assert "came from blend entry " in claim.message

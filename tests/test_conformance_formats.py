@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from synthetic import (
     harmonised,
     load_schema,
 )
+from tests.helpers import run_pytest
 
 ZOO = "tests.conformance_zoo.formats"
 ROOT = Path(__file__).parents[1]
@@ -195,15 +195,7 @@ def test_a_mixed_batch_failure_is_reported_once_by_batch_not_again_by_blend() ->
 
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env_path = f"{cwd}:{ROOT}"
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--conformance-profile", "quick", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**__import__("os").environ, "PYTHONPATH": env_path},
-    )
+    return run_pytest(cwd, "--conformance-profile", "quick", *args, pythonpath=str(cwd))
 
 
 def test_nan_values_in_a_users_data_are_no_false_alarm(tmp_path: Path) -> None:

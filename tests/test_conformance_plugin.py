@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_pytest
 
 REPO = Path(__file__).parents[1]
 
@@ -16,16 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_pytest(cwd, *args)
 
 
 def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "wrapper", 13, "Dataloader wrapper contract", "wrapper", frozenset({"wrapper"}), needs_loader=False
     ),
+    Property("packing", 14, "Sequence packing", "packing", _TE),
 )
 
 

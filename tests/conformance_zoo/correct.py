@@ -294,6 +294,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         {"schema": str(_EXAMPLES / "dfm_flux.yaml")},
     ),
     "plain wrapper class": ("wrapper", "tests.conformance_zoo.wrappers:PlainWrapper", {}),
+    "first-fit decreasing packer": (
+        "task_encoder",
+        "tests.conformance_zoo.packing:FirstFitPackingTaskEncoder",
+        {},
+    ),
     "two formats, every field from every sample": (
         "task_encoder",
         "tests.conformance_zoo.formats:EverySampleTaskEncoder",

@@ -205,6 +205,15 @@ _TWO_FORMAT_COOKERS = [
 _OPTIONAL = ("latents", "mean", "logvar")
 
 
+def _shared_fields(samples: list[TwoFormatSample]) -> dict[str, Any]:
+    """The fields both formats have, stacked."""
+    return {
+        "__key__": [s.__key__ for s in samples],
+        "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
+        "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
+    }
+
+
 class FirstSampleDecidesTaskEncoder(DefaultTaskEncoder):
     """Both formats in one TaskEncoder; batch() decides from samples[0] which optional fields to stack
     (as Primus' EncodedDiffusionTaskEncoder does): a batch mixing the formats loses fields or crashes."""
@@ -213,11 +222,7 @@ class FirstSampleDecidesTaskEncoder(DefaultTaskEncoder):
     cookers = _TWO_FORMAT_COOKERS
 
     def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
-        out = {
-            "__key__": [s.__key__ for s in samples],
-            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
-            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
-        }
+        out = _shared_fields(samples)
         for name in _OPTIONAL:
             if getattr(samples[0], name) is not None:
                 out[name] = torch.stack([getattr(s, name) for s in samples])
@@ -229,11 +234,7 @@ class EverySampleTaskEncoder(FirstSampleDecidesTaskEncoder):
     as a list with None for the samples of the other format: mixed batches keep everything."""
 
     def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
-        out = {
-            "__key__": [s.__key__ for s in samples],
-            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
-            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
-        }
+        out = _shared_fields(samples)
         for name in _OPTIONAL:
             values = [getattr(s, name) for s in samples]
             if all(v is not None for v in values):
@@ -255,11 +256,7 @@ class FirstSampleListsTaskEncoder(FirstSampleDecidesTaskEncoder):
     begins with the other format silently loses them."""
 
     def batch(self, samples: list[TwoFormatSample]) -> dict[str, Any]:
-        out = {
-            "__key__": [s.__key__ for s in samples],
-            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
-            "pooled_prompt_embeds": torch.stack([s.pooled_prompt_embeds for s in samples]),
-        }
+        out = _shared_fields(samples)
         for name in _OPTIONAL:
             if getattr(samples[0], name) is not None:
                 out[name] = [getattr(s, name) for s in samples]

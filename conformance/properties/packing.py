@@ -1,0 +1,257 @@
+"""Property 14, sequence packing (TaskEncoders that override both ``select_samples_to_pack`` and
+``pack_selected_samples``; Energon runs them when a loader has ``packing_buffer_size``): over one epoch
+every sample is packed exactly once, across ranks too (Energon drops the samples of a buffer the selector
+leaves out); every sample's tensors and texts are in the pack made from it, bit for bit; two loaders with
+the same seed give the same packed batches; and a checkpoint restored into a fresh loader continues with
+the same packed batches, with 0 and 2 workers.
+
+How: a fresh TaskEncoder of the target whose ``pack_selected_samples`` records its input samples' keys and
+compares each input sample with the pack it returns (a tensor is held when its bytes occur, contiguous, in
+a tensor of the pack, as concatenation along the sequence dimension or stacking keep them; a text when it
+occurs in a string of the pack). Energon's loaders run with ``packing_buffer_size`` and the generated
+preencoded (or the user's) data.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from megatron.energon import TaskEncoder
+
+from ..claims import ClaimRecorder, Harm, claims_of
+from ..context import CheckContext
+from ..execution import build_loader, closing, target_call
+from ..fingerprint import fingerprint, first_difference
+from ._common import fail, get_field
+
+CLAIMS = claims_of(
+    "packing",
+    (
+        "exactly_once",
+        "with packing on, every sample of an epoch is packed exactly once, on one rank and across 2 ranks",
+        Harm.DATA,
+        "return every sample of the buffer from select_samples_to_pack, each in exactly one group (Energon "
+        "drops what the selector leaves out)",
+    ),
+    (
+        "payload",
+        "every sample's tensors and texts are in the pack made from it, bit for bit",
+        Harm.DATA,
+        "build the pack from every sample given to pack_selected_samples (concatenate, do not overwrite or "
+        "truncate)",
+    ),
+    (
+        "determinism",
+        "two loaders with the same seed (2 workers) give the same packed batches",
+        Harm.DETERMINISM,
+        "make the selection depend only on the samples (sort with a stable key; no set or dict-order tricks)",
+    ),
+    (
+        "resume",
+        "a checkpoint restored into a fresh loader with packing continues with the same packed batches (0 and "
+        "2 workers)",
+        Harm.RESUME,
+        "keep select_samples_to_pack and pack_selected_samples free of state outside the samples",
+    ),
+)
+
+BUFFER = 8
+BATCH_SIZE = 2
+NUM_SAMPLES = 32
+SAVE_AT = 2
+CONTINUATION = 3
+
+
+def packs(task_encoder: TaskEncoder) -> bool:
+    """Whether the TaskEncoder overrides both packing methods (Energon then packs with packing_buffer_size)."""
+    return all(
+        getattr(type(task_encoder), name) is not getattr(TaskEncoder, name)
+        for name in ("select_samples_to_pack", "pack_selected_samples")
+    )
+
+
+def _values(value: Any, kind: type) -> list[Any]:
+    """Every ``kind`` value inside ``value`` (containers, dataclasses and Energon samples walked)."""
+    if isinstance(value, kind):
+        return [value]
+    if isinstance(value, Mapping):
+        return [
+            v for key, item in value.items() if not str(key).startswith("__") for v in _values(item, kind)
+        ]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [
+            v
+            for f in dataclasses.fields(value)
+            if not f.name.startswith("__")
+            for v in _values(getattr(value, f.name), kind)
+        ]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _values(item, kind)]
+    return []
+
+
+def _bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() and flat.dtype != torch.bool else b""
+
+
+def _missing_payload(sample: Any, pack: Any) -> list[str]:
+    """The fields of ``sample`` whose tensor bytes or text the pack does not hold."""
+    pack_tensors = [_bytes(t) for t in _values(pack, torch.Tensor)]
+    pack_texts = _values(pack, str)
+    missing = []
+    fields = (
+        dict(sample)
+        if isinstance(sample, Mapping)
+        else {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+        if dataclasses.is_dataclass(sample)
+        else {}
+    )
+    for name, value in fields.items():
+        if name.startswith("__"):
+            continue
+        if isinstance(value, torch.Tensor) and value.numel():
+            data = _bytes(value)
+            if data and not any(data in held for held in pack_tensors):
+                missing.append(name)
+        elif isinstance(value, str) and value and not any(value in held for held in pack_texts):
+            missing.append(name)
+    return missing
+
+
+def _recording(ctx: CheckContext, packed: list[list[str]], problems: list[str]) -> TaskEncoder:
+    task_encoder = ctx.target.make_task_encoder()
+    original = task_encoder.pack_selected_samples
+
+    def pack_selected_samples(samples: list[Any]) -> Any:
+        keys = [str(get_field(s, "__key__")) for s in samples]
+        packed.append(keys)
+        pack = original(samples)
+        for key, sample in zip(keys, samples, strict=True):
+            lost = _missing_payload(sample, pack)
+            if lost:
+                problems.append(f"the pack of {keys} does not hold sample {key!r}'s {lost}")
+        return pack
+
+    # An instance attribute (a plain function) is what Energon's build_batch picks up.
+    task_encoder.pack_selected_samples = pack_selected_samples
+    return task_encoder
+
+
+def _path(ctx: CheckContext) -> Any:
+    encoding = ctx.encodings()[0]
+    return ctx.workspace.generated(encoding, "packing", num_samples=NUM_SAMPLES, shard_size=8)
+
+
+def _epoch(ctx: CheckContext, rank: int, world_size: int, packed: list, problems: list) -> None:
+    loader = build_loader(
+        ctx.target,
+        _path(ctx),
+        batch_size=BATCH_SIZE,
+        num_workers=0,
+        seed=ctx.seed,
+        rank=rank,
+        world_size=world_size,
+        mode="val",
+        packing_buffer_size=BUFFER,
+        task_encoder=_recording(ctx, packed, problems),
+    )
+    with closing(loader), target_call(f"iterating one epoch with packing (rank {rank} of {world_size})"):
+        for _ in loader:
+            pass
+
+
+def _batches(ctx: CheckContext, num_workers: int, count: int, state: Any = None) -> tuple[list, Any]:
+    loader = build_loader(
+        ctx.target,
+        _path(ctx),
+        batch_size=BATCH_SIZE,
+        num_workers=num_workers,
+        seed=ctx.seed,
+        packing_buffer_size=BUFFER,
+    )
+    saved = None
+    with closing(loader):
+        if state is not None:
+            loader.restore_state_rank(copy.deepcopy(state))
+        iterator = iter(loader)
+        out = []
+        for index in range(count):
+            if state is None and index == SAVE_AT:
+                saved = copy.deepcopy(loader.save_state_rank())
+            with target_call(f"iterating packed batches (num_workers={num_workers}, batch {index})"):
+                out.append(fingerprint(next(iterator)))
+    return out, saved
+
+
+def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
+    if not packs(ctx.target.make_task_encoder()):
+        for claim in CLAIMS:
+            claims.not_applicable(
+                claim.name,
+                "the TaskEncoder does not pack (no select_samples_to_pack and "
+                "pack_selected_samples of its own)",
+            )
+        return {}
+    keys = sorted(s["__key__"] for s in ctx.raw(_path(ctx)))
+    details: dict[str, Any] = {"buffer": BUFFER, "samples": len(keys)}
+    problems: list[str] = []
+    with claims.claim("exactly_once") as claim:
+        for world_size in (1, 2):
+            packed: list[list[str]] = []
+            for rank in range(world_size):
+                _epoch(ctx, rank, world_size, packed, problems)
+            claim.examined(len(keys))
+            counts = Counter(key for group in packed for key in group)
+            lost = [k for k in keys if counts[k] == 0]
+            repeated = sorted(k for k, n in counts.items() if n > 1)
+            if lost or repeated:
+                claim.problem(
+                    f"one epoch with packing_buffer_size={BUFFER} on {world_size} rank(s): "
+                    + "; ".join(
+                        part
+                        for part in (
+                            f"{len(lost)} of {len(keys)} samples were never packed ({lost[:6]})"
+                            if lost
+                            else "",
+                            f"{len(repeated)} were packed more than once ({repeated[:6]})"
+                            if repeated
+                            else "",
+                        )
+                        if part
+                    )
+                )
+            details[f"packs (world size {world_size})"] = len(packed)
+    with claims.claim("payload") as claim:
+        claim.examined(len(keys))
+        for problem in problems[:6]:
+            claim.problem(problem)
+        if len(problems) > 6:
+            claim.problem(f"... and {len(problems) - 6} more samples")
+    with claims.claim("determinism") as claim:
+        first, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
+        second, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
+        claim.examined(len(first))
+        if first != second:
+            at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)
+            fail(
+                f"packed batch {at} differs between two loaders with the same seed: {first_difference(first[at], second[at])}"
+            )
+    with claims.claim("resume") as claim:
+        for num_workers in (0, 2):
+            reference, state = _batches(ctx, num_workers, SAVE_AT + CONTINUATION)
+            restored, _ = _batches(ctx, num_workers, CONTINUATION, state=state)
+            claim.examined(CONTINUATION)
+            expected = reference[SAVE_AT:]
+            if restored != expected:
+                at = next(i for i, (a, b) in enumerate(zip(restored, expected, strict=True)) if a != b)
+                claim.problem(
+                    f"num_workers={num_workers}: restored at packed batch {SAVE_AT}, batch {at} after the restore "
+                    f"differs from the uninterrupted run: {first_difference(expected[at], restored[at])}"
+                )
+    return details
