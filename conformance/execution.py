@@ -264,8 +264,10 @@ def instrument(task_encoder: TaskEncoder, sink: str | os.PathLike) -> TaskEncode
 
 
 def read_records(sink: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records an instrumented TaskEncoder wrote, in file order."""
+    """The complete records an instrumented TaskEncoder wrote, in file order (a last line still being
+    written by a worker, without its newline, is left out)."""
     path = Path(sink)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines[:-1] if line]

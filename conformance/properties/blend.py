@@ -146,8 +146,14 @@ def _recording_batch(batch_fn: Any, sink: str, pending: list[dict[str, Any]], sh
             },
         ]
         pending.clear()
-        with open(sink, "a", encoding="utf-8") as out:
-            out.write("".join(json.dumps(line, default=str) + "\n" for line in lines))
+        # One write(2) with O_APPEND: records of several worker processes never interleave mid-line
+        # (a buffered file object splits a long write into several).
+        data = "".join(json.dumps(line, default=str) + "\n" for line in lines).encode("utf-8")
+        fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
         return result if ship else len(samples)
 
     return stateless(batch) if get_stateless(batch_fn) else batch
@@ -185,9 +191,12 @@ def _converts_batches(task_encoder: TaskEncoder) -> bool:
 
 
 def _records(sink: Path) -> list[dict[str, Any]]:
+    """The complete records in ``sink``: workers go on appending while it is read (they prefetch), so a
+    last line without its newline is still being written and is left for the next read."""
     if not sink.exists():
         return []
-    return [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line]
+    lines = sink.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines[:-1] if line]
 
 
 # --- duplicate leaves in a user's metadataset ----------------------------------------------------------
