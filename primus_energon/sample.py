@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import torch
-from megatron.energon import Sample, edataclass
+from megatron.energon import Sample
+
+# Energon 7.0-7.2 export a module of this name from megatron.energon; the function lives in it on every 7.x.
+from megatron.energon.edataclass import edataclass
 
 __all__ = ["DiffusionSample"]
 

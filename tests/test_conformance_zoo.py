@@ -180,3 +180,25 @@ def test_a_target_that_fails_mid_run_is_reported_without_errors(tmp_path: Path) 
     assert "out of memory (simulated)" in results["resume"].claim("checkpoint").message
     assert results["blend"].claim("ratios").verdict == "fail"
     assert results["blend"].claim("subflavors").verdict == "skip"
+
+
+def test_filtering_non_finite_samples_is_counted_not_failed(tmp_path: Path) -> None:
+    """SkipSample for a NaN/Inf tensor is filtering (NeMo, DFM): counted per cause in the report, never a
+    failure; a TaskEncoder that lets them through is reported as batching them, also without a verdict."""
+    (filtering,) = check_task_encoder(
+        "tests.conformance_zoo.correct:FiltersNonFiniteTaskEncoder",
+        properties=["bad_input"],
+        profile="quick",
+        workdir=tmp_path / "a",
+    )
+    assert filtering.verdict == "pass", filtering.message
+    assert filtering.details["filtered"] == {"NaN values": 3, "Inf values": 3}
+    assert set(filtering.details["non_finite"].values()) == {"filtered (SkipSample)"}
+    (plain,) = check_task_encoder(
+        "primus_energon:EncodedDiffusionTaskEncoder",
+        properties=["bad_input"],
+        profile="quick",
+        workdir=tmp_path / "b",
+    )
+    assert plain.verdict == "pass" and plain.details["filtered"] == {}
+    assert set(plain.details["non_finite"].values()) == {"batched"}

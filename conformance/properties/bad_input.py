@@ -83,13 +83,15 @@ CLAIMS = claims_of(
 
 #: Members a reference format may lack: the preencoded caption (Primus' encoded pipeline writes none).
 OPTIONAL_MEMBERS = {("preencoded", "caption.txt")}
-#: mutation label -> claim
+#: mutation label -> claim ("non_finite": reported in the details, never a verdict)
 _CLAIM_OF = {
     "missing": "missing_member",
     "truncated": "corrupt_payload",
     "garbage bytes": "corrupt_payload",
     "a dict instead of a tensor": "wrong_type",
     "not UTF-8": "not_utf8",
+    "NaN values": "non_finite",
+    "Inf values": "non_finite",
 }
 
 
@@ -102,6 +104,19 @@ def _not_a_tensor(value: bytes) -> bytes:
 
     buffer = io.BytesIO()
     torch.save({"tensor": decode_member(TensorSpec(()), value)}, buffer)
+    return buffer.getvalue()
+
+
+def _non_finite(value: bytes, fill: float) -> bytes:
+    """The same tensor with every fourth value replaced by ``fill`` (a valid file, finite elsewhere)."""
+    import torch
+
+    from ..oracle import decode_member
+
+    tensor = decode_member(TensorSpec(()), value).clone()
+    tensor.view(-1)[::4] = fill
+    buffer = io.BytesIO()
+    torch.save(tensor, buffer)
     return buffer.getvalue()
 
 
@@ -121,6 +136,9 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
         yield "truncated", "bytes", bytes(value[: len(value) // 2])
     if isinstance(spec, TensorSpec):
         yield "a dict instead of a tensor", "bytes", _not_a_tensor(bytes(value))
+        if spec.dtype in ("float32", "bfloat16", "float16", "float64"):
+            yield "NaN values", "bytes", _non_finite(bytes(value), float("nan"))
+            yield "Inf values", "bytes", _non_finite(bytes(value), float("inf"))
     if isinstance(spec, PickleSpec) and spec.structure == "dict":
         from primus_energon.safepickle import safe_loads
         from synthetic.payloads import pickle_bytes
@@ -199,8 +217,25 @@ def _outcome(
 
 
 def _judge(
-    ctx: CheckContext, claims: ClaimRecorder, label: str, what: str, key: str, kind: str, value: Any
+    ctx: CheckContext,
+    claims: ClaimRecorder,
+    label: str,
+    what: str,
+    key: str,
+    kind: str,
+    value: Any,
+    filtered: dict[str, int],
+    non_finite: dict[str, str],
 ) -> None:
+    if _CLAIM_OF.get(label) == "non_finite":
+        # NaN/Inf values are valid data of a bad sample: refusing them, filtering them (SkipSample, as NeMo
+        # and DFM do) or leaving them to the training loop are choices, so nothing fails; the report says
+        # which was made and counts what was filtered
+        outcome = {"skip": "filtered (SkipSample)", "error": "refused (an error)"}.get(kind, "batched")
+        non_finite[what] = outcome
+        if kind == "skip":
+            filtered[label] = filtered.get(label, 0) + 1
+        return
     with claims.claim(_CLAIM_OF.get(label, "missing_member")) as claim:  # "leaf 'x' missing"
         claim.examined()
         if kind == "hang":
@@ -254,11 +289,15 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     if claims.only_always:  # blocked (the target cannot cook clean data): only the probe runs
         return details
     checked = []
+    filtered: dict[str, int] = {}
+    non_finite: dict[str, str] = {}
+    details["filtered"] = filtered  # faulty samples the target dropped with SkipSample on purpose, by cause
+    details["non_finite"] = non_finite  # what the target did with NaN/Inf tensors
     for encoding in ctx.encodings():
         schema = ctx.workspace.schema(encoding)
         raw = ctx.raw(ctx.main_dataset(encoding), limit=1)
         if not raw:
-            for name in set(_CLAIM_OF.values()):
+            for name in set(_CLAIM_OF.values()) - {"non_finite"}:
                 with claims.claim(name) as claim:
                     claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
             continue
@@ -280,7 +319,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 # must not turn this into a purity verdict).
                 sample = {**template, "__key__": f"{template['__key__']}_fault{len(checked):02d}"}
                 kind, value = _outcome(ctx, template, sample, stage, member, bad)
-                _judge(ctx, claims, label, what, sample["__key__"], kind, value)
+                _judge(ctx, claims, label, what, sample["__key__"], kind, value, filtered, non_finite)
                 checked.append(what)
     for name in ("not_utf8", "corrupt_payload", "wrong_type"):
         claims.not_applicable(name, "the data format has no member of this kind")

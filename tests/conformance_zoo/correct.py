@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, edataclass, stateless
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
+from megatron.energon.edataclass import edataclass
 
-from primus_energon import batch_preencoded, decode_text, load_tensor
+from primus_energon import EncodedDiffusionTaskEncoder, batch_preencoded, decode_text, load_tensor
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.errors import MissingMemberError, PayloadDecodeError
 
@@ -241,6 +242,20 @@ def cook_renamed_fields(sample: dict) -> dict[str, Any]:
     }
 
 
+class FiltersNonFiniteTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Drops samples whose tensors hold NaN or Inf with SkipSample in encode_sample, as NeMo and DFM do:
+    filtering, counted by the suite, not a failure."""
+
+    @stateless
+    def encode_sample(self, sample: Any) -> Any:
+        from megatron.energon import SkipSample
+
+        for tensor in (sample.latents, sample.prompt_embeds, sample.pooled_prompt_embeds):
+            if not torch.isfinite(tensor).all():
+                raise SkipSample()
+        return sample
+
+
 _EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
 
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
@@ -294,6 +309,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         {"schema": str(_EXAMPLES / "dfm_flux.yaml")},
     ),
     "plain wrapper class": ("wrapper", "tests.conformance_zoo.wrappers:PlainWrapper", {}),
+    "NaN/Inf filter with SkipSample": (
+        "task_encoder",
+        "tests.conformance_zoo.correct:FiltersNonFiniteTaskEncoder",
+        {},
+    ),
     "first-fit decreasing packer": (
         "task_encoder",
         "tests.conformance_zoo.packing:FirstFitPackingTaskEncoder",
