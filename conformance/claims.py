@@ -224,6 +224,11 @@ class ClaimRecorder:
         else:
             self._record(claim, None, "", check.count, seconds)
 
+    def failed(self, name: str) -> bool:
+        """Whether the claim has run and did not pass (so the claims that depend on it can say so)."""
+        result = self._results.get(name)
+        return result is not None and result.verdict not in ("pass", "skip")
+
     def not_applicable(self, name: str, reason: str) -> None:
         """This claim does not apply to the target or its data (a skip, with the reason)."""
         claim = self.declared(name)

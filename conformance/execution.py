@@ -70,10 +70,7 @@ _VERSION_HINTS = (
 
 
 def _version_hint(text: str) -> str:
-    for needle, hint in _VERSION_HINTS:
-        if needle in text and "__subflavors__" not in text.replace(needle, ""):
-            return hint
-    return ""
+    return next((hint for needle, hint in _VERSION_HINTS if needle in text), "")
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ Member names are the tar member suffix exactly as Energon's crude sample dict ke
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -654,7 +655,13 @@ EXAMPLES_DIR = Path(__file__).parent / "examples"
 def example_schemas() -> dict[str, Path]:
     """The shipped example schemas by their encoding (``flux``, ``nemo``, ``preencoded_numpy``, ...): the
     formats known besides the built-in ones, so a cooker declaring one of them is checked on its data."""
-    return {load_schema(path).encoding: path for path in sorted(EXAMPLES_DIR.glob("*.yaml"))}
+    return dict(_example_schemas())
+
+
+@functools.lru_cache(maxsize=1)
+def _example_schemas() -> tuple[tuple[str, Path], ...]:
+    # read once: the conformance suite asks on every lookup of a target's formats
+    return tuple((load_schema(path).encoding, path) for path in sorted(EXAMPLES_DIR.glob("*.yaml")))
 
 
 def _tensor_field(name: str, spec: MemberSpec) -> str | None:

@@ -246,3 +246,26 @@ def test_crude_samples_keep_the_decoders_numpy_arrays(tmp_path: Path) -> None:
     generate_dataset(dataset, schema=load_schema(example_schemas()["nemo"]), num_samples=2, shard_size=2)
     (first, _) = read_crude(dataset, decoder=SafeSampleDecoder())
     assert isinstance(first[".pickle"], np.ndarray) and first[".pickle"].dtype == np.float16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("cooker", "example"),
+    [
+        ("cook_dfm_flux", "flux"),
+        ("cook_nemo", "nemo"),
+        ("cook_nemo_raw_images", "raw_control"),
+        ("cook_mlperf_numpy", "preencoded_numpy"),
+    ],
+)
+def test_a_correct_cooker_of_each_real_format_passes_every_property(
+    cooker: str, example: str, tmp_path: Path
+) -> None:
+    """The issue's bar: data written as each project's prepare script writes it, a correct cooker for it,
+    every property, exit status 0 (pytest through the plugin, as a user runs it)."""
+    run = _pytest(
+        tmp_path, "--cooker", f"{ZOO}:{cooker}", "--conformance-schema", str(example_schemas()[example])
+    )
+    assert run.returncode == 0, run.stdout[-4000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "failed" not in summary and "error" not in summary, summary

@@ -749,6 +749,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "packing/exactly_once",
         "fail",
     ),
+    "packs without the fields batch() reads": (
+        "task_encoder",
+        "packing:PackWithoutItsBatchFieldsTaskEncoder",
+        {},
+        "packing/loads",
+        "fail",
+    ),
     "packer that repeats a sample": (
         "task_encoder",
         "packing:RepeatsASampleTaskEncoder",

@@ -99,3 +99,20 @@ class CountsBuffersTaskEncoder(FirstFitPackingTaskEncoder):
         bins = super().select_samples_to_pack(samples)
         self.buffers += 1
         return bins[::-1] if self.buffers % 2 else bins
+
+
+class PackWithoutItsBatchFieldsTaskEncoder(FirstFitPackingTaskEncoder):
+    """Its packs lack the sequence lengths its batch() reads (as DFM's FLUX packs lack the metadata its
+    batch() needs): every packed batch raises."""
+
+    @stateless
+    def pack_selected_samples(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        pack = super().pack_selected_samples(samples)
+        del pack["seq_lens"]
+        return pack
+
+    @stateless
+    def batch(self, samples: list[Any]) -> dict[str, Any]:
+        if all(isinstance(s, dict) for s in samples):
+            return {**super().batch(samples), "seq_lens": [pack["seq_lens"] for pack in samples]}
+        return super().batch(samples)
