@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset, stateless
+from megatron.energon import DefaultTaskEncoder, get_loader, stateless
 from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
+from primus_energon.energon_compat import get_val_dataset, worker_config
 from primus_energon.formats import SIZES, member_kind, split_member_name
 from primus_energon.tensorfile import read_tensor
 from synthetic import (
@@ -103,7 +104,7 @@ def read_crude(
                 text += f" (from {type(cause).__name__}: {cause})"
             refused.append(f"{where} of {Path(dataset).name}: {' '.join(text.split())[:300]}")
 
-    config = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=record)
+    config = worker_config(rank=0, world_size=1, num_workers=0, error_handler=record)
     ds = get_val_dataset(
         str(dataset),
         split_part=split_part,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -17,13 +18,17 @@ from megatron.energon import (
     TaskEncoder,
     WorkerConfig,
     get_savable_loader,
+    stateless,
+)
+from megatron.energon.task_encoder.base import get_stateless
+
+from primus_energon.energon_compat import (
     get_train_dataset,
     get_val_dataset,
     log_exception,
     reraise_exception,
-    stateless,
+    worker_config,
 )
-from megatron.energon.task_encoder.base import get_stateless
 
 from .results import PropertyFailure, PropertySkipped
 from .target import Target
@@ -34,6 +39,7 @@ __all__ = [
     "take",
     "worker_context",
     "cook",
+    "encode",
     "build_loader",
     "closing",
     "instrument",
@@ -137,6 +143,32 @@ def cook(
         return cooker.cook(crude)
 
 
+def encode(task_encoder: TaskEncoder, cooked: Any, *, seed: int = 0, sample_index: int = 0) -> list[Any]:
+    """The encoded samples of one cooked sample, as Energon's pipeline makes them without packing:
+    ``preencode_sample`` then ``postencode_sample`` where the TaskEncoder defines them, else
+    ``encode_sample``; every output of a generator. Exceptions (``SkipSample`` included) are raised as
+    they are."""
+    # _is_overridden is Energon's own test for which stages its pipeline builds (the same on 7.0-7.4)
+    overridden = task_encoder._is_overridden
+    if overridden(task_encoder.preencode_sample):
+        stages = [task_encoder.preencode_sample]
+    elif overridden(task_encoder.encode_sample):
+        stages = [task_encoder.encode_sample]
+    else:
+        stages = []
+    if overridden(task_encoder.postencode_sample):
+        stages.append(task_encoder.postencode_sample)
+    outputs = [cooked]
+    with worker_context(seed, sample_index):
+        for stage in stages:
+            produced = []
+            for sample in outputs:
+                result = stage(sample)
+                produced.extend(result if inspect.isgenerator(result) else [result])
+            outputs = produced
+    return outputs
+
+
 def build_loader(
     target: Target,
     path: str | os.PathLike,
@@ -155,12 +187,12 @@ def build_loader(
     **loader_kwargs: Any,
 ) -> SavableDataLoader:
     """Energon's own savable loader for ``path`` with a fresh TaskEncoder of the target."""
-    config = WorkerConfig(
+    config = worker_config(
         rank=rank,
         world_size=world_size,
         num_workers=num_workers,
         seed_offset=seed,
-        global_error_handler=reraise_exception if on_error == "raise" else log_exception,
+        error_handler=reraise_exception if on_error == "raise" else log_exception,
     )
     task_encoder = task_encoder or target.make_task_encoder()
     with target_call(f"building {target.describe()}'s loader over {Path(path).name}"):

@@ -213,7 +213,9 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
     ``{"batches", "errors", "reached", "stopped"}``: ``reached`` counts the samples the loading path got to
     (batched or refused), ``stopped`` why loading ended early. Used by the probe child and the in-process
     fallback."""
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import get_loader
+
+    from primus_energon.energon_compat import get_val_dataset, worker_config
 
     errors: list[str] = []
     refused = [0]
@@ -224,7 +226,7 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
         if len(errors) < 32:
             errors.append(f"{type(error).__name__}: {str(error)[:200]}")
 
-    config = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=record)
+    config = worker_config(rank=0, world_size=1, num_workers=0, error_handler=record)
     batches = 0
     with contextlib.redirect_stdout(io.StringIO()):
         try:

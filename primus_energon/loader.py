@@ -8,17 +8,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch.distributed as dist
-from megatron.energon import (
-    TaskEncoder,
-    WorkerConfig,
-    get_savable_loader,
+from megatron.energon import TaskEncoder, get_savable_loader
+
+from .dataloader import MegatronDataloaderWrapper
+from .energon_compat import (
     get_train_dataset,
     get_val_dataset,
     log_exception,
     reraise_exception,
+    worker_config,
 )
-
-from .dataloader import MegatronDataloaderWrapper
 
 __all__ = ["get_loader", "resolve_rank"]
 
@@ -132,20 +131,20 @@ def get_loader(
     if isinstance(task_encoder, type):
         task_encoder = task_encoder()
     rank, world_size = resolve_rank(rank, world_size, data_parallel_group)
-    worker_config = WorkerConfig(
+    config = worker_config(
         rank=rank,
         world_size=world_size,
         num_workers=num_workers,
         data_parallel_group=data_parallel_group,
         seed_offset=seed,
-        global_error_handler=reraise_exception if on_error == "raise" else log_exception,
+        error_handler=reraise_exception if on_error == "raise" else log_exception,
     )
     try:
         if mode == "train":
             dataset = get_train_dataset(
                 path,
                 split_part=split_part or "train",
-                worker_config=worker_config,
+                worker_config=config,
                 batch_size=batch_size,
                 batch_drop_last=drop_last,
                 shuffle_buffer_size=shuffle_buffer_size,
@@ -157,7 +156,7 @@ def get_loader(
             dataset = get_val_dataset(
                 path,
                 split_part=split_part or "val",
-                worker_config=worker_config,
+                worker_config=config,
                 batch_size=batch_size,
                 batch_drop_last=drop_last,
                 task_encoder=task_encoder,

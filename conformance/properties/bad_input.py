@@ -15,7 +15,6 @@ the sample is advice: Energon's handler logs the sample's key and shard for ever
 from __future__ import annotations
 
 import copy
-import inspect
 import io
 import json
 import shutil
@@ -30,7 +29,7 @@ from synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSp
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import TargetError, cook, worker_context
+from ..execution import TargetError, cook, encode, worker_context
 from ..oracle import holds, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
@@ -179,9 +178,10 @@ def _outcome(
     def encoded(crude: dict, *, clean: bool) -> Any:
         output = cook(ctx.target, crude, seed=ctx.seed, clean=clean)
         task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
-        with worker_context(ctx.seed, 0):
-            output = task_encoder.encode_sample(output)
-        return list(output)[0] if inspect.isgenerator(output) else output
+        outputs = encode(task_encoder, output, seed=ctx.seed)
+        if not outputs:  # a generator that yields nothing drops the sample as SkipSample does
+            raise SkipSample()
+        return outputs[0]
 
     def pipeline() -> Any:
         if ctx.target.kind != "task_encoder":

@@ -27,7 +27,7 @@ from synthetic.manifest import Manifest
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import TargetError, matching_cooker, target_call, worker_context
+from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import identical
 from ..results import PropertySkipped
@@ -84,7 +84,7 @@ CLAIMS = claims_of(
 
 
 def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any]:
-    """Cook and encode samples as Energon does before batching (first matching cooker, encode_sample)."""
+    """Cook and encode samples as Energon does before batching (first matching cooker, the encode stages)."""
     out = []
     cookers = task_encoder.cookers
     for index, sample in enumerate(crude):
@@ -94,15 +94,13 @@ def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any
             worker_context(seed, index),
         ):
             cooked = cooker.cook(copy.deepcopy(sample))
-            encoded = task_encoder.encode_sample(cooked)
-            if inspect.isgenerator(encoded):
-                encoded = list(encoded)
-                if len(encoded) != 1:
-                    raise PropertySkipped(
-                        "encode_sample yields several samples per input; rows cannot be matched"
-                    )
-                encoded = encoded[0]
-        out.append(encoded)
+        with target_call(f"encoding the clean sample {sample.get('__key__')!r}"):
+            encoded = encode(task_encoder, cooked, seed=seed, sample_index=index)
+        if len(encoded) != 1:
+            raise PropertySkipped(
+                "encode_sample yields several samples (or none) per input; rows cannot be matched"
+            )
+        out.append(encoded[0])
     return out
 
 

@@ -54,6 +54,13 @@ CLAIMS = claims_of(
         "truncate)",
     ),
     (
+        "batch_rows",
+        "batch() of packs keeps every sample of every pack it is given: each sample's tensors and texts are in "
+        "the batch (a batch holds batch_size packs, so its samples are counted through its packs, not its rows)",
+        Harm.DATA,
+        "batch the packs as samples: one row (or list entry) per pack, every pack kept",
+    ),
+    (
         "determinism",
         "two loaders with the same seed (2 workers) give the same packed batches",
         Harm.DETERMINISM,
@@ -108,8 +115,20 @@ def _bytes(tensor: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() and flat.dtype != torch.bool else b""
 
 
-def _missing_payload(sample: Any, pack: Any) -> list[str]:
-    """The fields of ``sample`` whose tensor bytes or text the pack does not hold."""
+def _held(tensor: torch.Tensor, held: list[bytes], *, padded: bool) -> bool:
+    data = _bytes(tensor)
+    if not data or any(data in h for h in held):
+        return True
+    if not padded or tensor.dim() < 2:
+        return False
+    # a batch may pad each pack to the longest along any dimension: then each innermost vector is whole
+    rows = tensor.detach().cpu().contiguous().reshape(-1, tensor.shape[-1])
+    return all(any(_bytes(row) in h for h in held) for row in rows)
+
+
+def _missing_payload(sample: Any, pack: Any, *, padded: bool = False) -> list[str]:
+    """The fields of ``sample`` whose tensor bytes or text ``pack`` does not hold (``padded``: each
+    innermost vector whole is enough, for a batch that pads)."""
     pack_tensors = [_bytes(t) for t in _values(pack, torch.Tensor)]
     pack_texts = _values(pack, str)
     missing = []
@@ -124,8 +143,7 @@ def _missing_payload(sample: Any, pack: Any) -> list[str]:
         if name.startswith("__"):
             continue
         if isinstance(value, torch.Tensor) and value.numel():
-            data = _bytes(value)
-            if data and not any(data in held for held in pack_tensors):
+            if not _held(value, pack_tensors, padded=padded):
                 missing.append(name)
         elif isinstance(value, str) and value and not any(value in held for held in pack_texts):
             missing.append(name)
@@ -141,6 +159,12 @@ class _Record:
     compared: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
     error: str = ""
+    #: id(pack) -> (pack, its samples, the fields of each sample the pack lacks); the pack is kept so
+    #: that its id is not reused
+    packs: dict[int, tuple[Any, list[Any], list[list[str]]]] = dataclasses.field(default_factory=dict)
+    #: per batch() call: (packs, samples of those packs)
+    batches: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    batch_problems: list[str] = dataclasses.field(default_factory=list)
 
 
 def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
@@ -157,23 +181,41 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
             )
             raise
         record.packed.append(keys)
+        lacking = []
         for key, sample in zip(keys, samples, strict=True):
             record.compared += 1
             lost = _missing_payload(sample, pack)
+            lacking.append(lost)
             if lost:
                 record.problems.append(f"the pack of {keys} does not hold sample {key!r}'s {lost}")
+        record.packs[id(pack)] = (pack, list(samples), lacking)
         return pack
 
     original_batch = task_encoder.batch
 
     def batch(packs: list[Any]) -> Any:
         try:
-            return original_batch(packs)
+            result = original_batch(packs)
         except Exception as error:
             record.error = record.error or (
                 f"batch() of {len(packs)} packs raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
             )
             raise
+        # the samples of the batch are the packs' samples: each must keep in the batch what its pack held
+        # (what the pack already lacked is packing/payload's finding)
+        counted = 0
+        for index, pack in enumerate(packs):
+            _, samples, lacking = record.packs.get(id(pack), (None, [], []))
+            for sample, lacked in zip(samples, lacking, strict=True):
+                counted += 1
+                lost = [name for name in _missing_payload(sample, result, padded=True) if name not in lacked]
+                if lost:
+                    record.batch_problems.append(
+                        f"the batch of {len(packs)} packs does not hold sample {str(get_field(sample, '__key__'))!r}'s "
+                        f"{lost} (in pack {index})"
+                    )
+        record.batches.append((len(packs), counted))
+        return result
 
     # Instance attributes (plain functions) are what Energon's build_batch picks up.
     task_encoder.pack_selected_samples = pack_selected_samples
@@ -251,7 +293,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 claim.examined()
                 _epoch(ctx, rank, world_size, record)
     if claims.failed("loads"):
-        for name in ("exactly_once", "payload", "determinism", "resume"):
+        for name in ("exactly_once", "payload", "batch_rows", "determinism", "resume"):
             claims.not_applicable(name, "blocked by packing/loads: a loader with packing yields no batches")
         return details
     with claims.claim("exactly_once") as claim:
@@ -278,6 +320,15 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             claim.problem(problem)
         if len(problems) > 6:
             claim.problem(f"... and {len(problems) - 6} more samples")
+    with claims.claim("batch_rows") as claim:
+        problems = [p for record in records.values() for p in record.batch_problems]
+        claim.examined(sum(n for record in records.values() for _, n in record.batches))
+        claim.nothing_because("batch() was never called with packs")
+        for problem in problems[:6]:
+            claim.problem(problem)
+        if len(problems) > 6:
+            claim.problem(f"... and {len(problems) - 6} more samples")
+        details["samples per packed batch"] = [samples for _, samples in records[1].batches]
     with claims.claim("determinism") as claim:
         first, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
         second, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)

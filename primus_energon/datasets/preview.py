@@ -93,8 +93,9 @@ def preview_dataset(
     Returns (items, stop_error): `stop_error` is set when iteration ended early (e.g. a truncated shard).
     Rejected samples are items with `error` set; they count toward `n`.
     """
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset, stateless
+    from megatron.energon import get_loader, stateless
 
+    from primus_energon.energon_compat import get_val_dataset, worker_config
     from primus_energon.errors import sample_location
     from primus_energon.task_encoders import MultiFormatTaskEncoder
 
@@ -122,9 +123,7 @@ def preview_dataset(
             ds = get_val_dataset(
                 str(Path(path)),
                 split_part=split,
-                worker_config=WorkerConfig(
-                    rank=0, world_size=1, num_workers=0, global_error_handler=on_error
-                ),
+                worker_config=worker_config(rank=0, world_size=1, num_workers=0, error_handler=on_error),
                 batch_size=1,
                 task_encoder=_PreviewTaskEncoder(),
             )

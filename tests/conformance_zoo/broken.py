@@ -49,6 +49,17 @@ def cook_not_stateless(sample: dict) -> DiffusionSample:
 COOKER_FOR_OTHER_ENCODING = Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded_v2"})
 
 
+class FiltersShortCaptionsTaskEncoder(EncodedDiffusionTaskEncoder):
+    """A quality filter in encode_sample that drops clean samples (captions under 40 characters) with
+    SkipSample: the epoch is silently incomplete."""
+
+    @stateless
+    def encode_sample(self, sample: Any) -> Any:
+        if len(sample.caption) < 40:
+            raise SkipSample()
+        return sample
+
+
 # 2. Key forwarding --------------------------------------------------------------------------------
 
 
@@ -455,6 +466,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "accepted/matches",
         "fail",
     ),
+    "encode_sample filters clean samples with SkipSample": (
+        "task_encoder",
+        "FiltersShortCaptionsTaskEncoder",
+        {},
+        "accepted/complete_epoch",
+        "fail",
+    ),
     "a wrong __key__": ("cooker", "cook_wrong_key", {"encoding": "preencoded"}, "keys/key", "fail"),
     "drops __restore_key__": (
         "cooker",
@@ -754,6 +772,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "packing:PackWithoutItsBatchFieldsTaskEncoder",
         {},
         "packing/loads",
+        "fail",
+    ),
+    "batch() of packs that keeps only the first pack": (
+        "task_encoder",
+        "packing:KeepsFirstPackTaskEncoder",
+        {},
+        "packing/batch_rows",
         "fail",
     ),
     "packer that repeats a sample": (

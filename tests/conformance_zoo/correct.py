@@ -319,6 +319,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.packing:FirstFitPackingTaskEncoder",
         {},
     ),
+    "packer whose batch() pads packs with a mask": (
+        "task_encoder",
+        "tests.conformance_zoo.packing:PadsPacksTaskEncoder",
+        {},
+    ),
     "two formats, every field from every sample": (
         "task_encoder",
         "tests.conformance_zoo.formats:EverySampleTaskEncoder",

@@ -116,3 +116,40 @@ class PackWithoutItsBatchFieldsTaskEncoder(FirstFitPackingTaskEncoder):
         if all(isinstance(s, dict) for s in samples):
             return {**super().batch(samples), "seq_lens": [pack["seq_lens"] for pack in samples]}
         return super().batch(samples)
+
+
+class KeepsFirstPackTaskEncoder(FirstFitPackingTaskEncoder):
+    """batch() treats the packs it is given as one sample: it keeps the first pack and the keys of all
+    (the batch counts samples by keys, so a row count looks right while packs are lost)."""
+
+    @stateless
+    def batch(self, samples: list[Any]) -> dict[str, Any]:
+        if all(isinstance(s, dict) for s in samples):
+            return {"__key__": [key for pack in samples for key in pack["__key__"]], "packs": samples[:1]}
+        return super().batch(samples)
+
+
+class PadsPacksTaskEncoder(FirstFitPackingTaskEncoder):
+    """A batch of packs padded to the longest pack along the sequence and the hidden dimension, with a
+    mask, as NeMo and DFM batch packed sequences: every pack is kept."""
+
+    @stateless
+    def batch(self, samples: list[Any]) -> dict[str, Any]:
+        if not all(isinstance(s, dict) for s in samples):
+            return super().batch(samples)
+        longest = max(pack["prompt_embeds"].shape[0] for pack in samples)
+        width = max(pack["prompt_embeds"].shape[1] for pack in samples) + 2
+        padded = torch.zeros(len(samples), longest, width, dtype=samples[0]["prompt_embeds"].dtype)
+        mask = torch.zeros(len(samples), longest, dtype=torch.bool)
+        for row, pack in enumerate(samples):
+            length, dim = pack["prompt_embeds"].shape
+            padded[row, :length, :dim] = pack["prompt_embeds"]
+            mask[row, :length] = True
+        return {
+            "__key__": [key for pack in samples for key in pack["__key__"]],
+            "prompt_embeds": padded,
+            "mask": mask,
+            "latents": [pack["latents"] for pack in samples],
+            "pooled_prompt_embeds": [pack["pooled_prompt_embeds"] for pack in samples],
+            "caption": [pack["caption"] for pack in samples],
+        }

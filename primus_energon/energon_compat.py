@@ -1,0 +1,123 @@
+"""One home for what differs between the Energon 7 releases this project supports (7.0 through 7.4).
+
+- **Error handlers.** Since Energon 7.3 a ``WorkerConfig(global_error_handler=...)`` decides what every
+  stage of the pipeline does with an exception (log and skip, or raise). Energon 7.0-7.2 have no such field:
+  each wrapper dataset (``MapDataset``, ``BatchDataset``, ``PackingDataset``, ...) holds its own
+  ``error_handler``, logging and skipping by default. :func:`worker_config` takes the handler on every
+  version, and :func:`get_train_dataset` / :func:`get_val_dataset` hand it, on 7.0-7.2, to every wrapper of
+  the pipeline they build, so a caller asking for ``reraise_exception`` gets it there too.
+- **Where the stock handlers live.** ``log_exception`` and ``reraise_exception`` are exported at the top
+  level since 7.3; before, they live in ``megatron.energon.wrappers._log_exception`` and
+  ``megatron.energon.flavors.webdataset.structs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import megatron.energon as _energon
+from megatron.energon import SavableDataset, WorkerConfig
+
+__all__ = [
+    "ENERGON_VERSION",
+    "HAS_GLOBAL_ERROR_HANDLER",
+    "ErrorHandler",
+    "log_exception",
+    "reraise_exception",
+    "worker_config",
+    "get_train_dataset",
+    "get_val_dataset",
+]
+
+#: ``(exception, sample, sources)``: what Energon calls for a sample a stage raised on.
+ErrorHandler = Callable[..., None]
+
+
+def _version() -> tuple[int, ...]:
+    try:
+        text = version("megatron-energon")
+    except PackageNotFoundError:  # an unpacked source tree: the newest behaviour
+        return (7, 4, 0)
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:3] if part.isdigit())
+
+
+#: The installed megatron-energon release, e.g. ``(7, 4, 1)``.
+ENERGON_VERSION: tuple[int, ...] = _version()
+
+#: True where ``WorkerConfig`` has ``global_error_handler`` (Energon 7.3 and later).
+HAS_GLOBAL_ERROR_HANDLER: bool = "global_error_handler" in {f.name for f in dataclasses.fields(WorkerConfig)}
+
+if hasattr(_energon, "log_exception"):
+    log_exception = _energon.log_exception
+    reraise_exception = _energon.reraise_exception
+else:  # Energon 7.0-7.2
+    from megatron.energon.flavors.webdataset.structs import reraise_exception  # noqa: F401
+    from megatron.energon.wrappers._log_exception import log_exception  # noqa: F401
+
+#: On 7.0-7.2, by ``id(config)``: each config made by :func:`worker_config` (kept alive, so that its id is
+#: not reused) and its handler, for the datasets built with it. The config is a slotted, unhashable
+#: dataclass there: it takes no extra attribute and cannot be a key.
+_HANDLERS: dict[int, tuple[WorkerConfig, ErrorHandler]] = {}
+
+
+def worker_config(*, error_handler: ErrorHandler | None = None, **fields: Any) -> WorkerConfig:
+    """``WorkerConfig(**fields)`` whose pipeline hands every exception to ``error_handler`` (Energon's
+    default when None), on every Energon 7 release; build datasets with it through this module's
+    :func:`get_train_dataset` / :func:`get_val_dataset`."""
+    if error_handler is not None and HAS_GLOBAL_ERROR_HANDLER:
+        fields["global_error_handler"] = error_handler
+    config = WorkerConfig(**fields)
+    if error_handler is not None and not HAS_GLOBAL_ERROR_HANDLER:
+        _HANDLERS[id(config)] = (config, error_handler)
+    return config
+
+
+def get_train_dataset(
+    path: str | os.PathLike, *, worker_config: WorkerConfig, **kwargs: Any
+) -> SavableDataset:
+    """Energon's ``get_train_dataset``, with the config's error handler in force on every release."""
+    dataset = _energon.get_train_dataset(path, worker_config=worker_config, **kwargs)
+    return _route_errors(dataset, worker_config)
+
+
+def get_val_dataset(path: str | os.PathLike, *, worker_config: WorkerConfig, **kwargs: Any) -> SavableDataset:
+    """Energon's ``get_val_dataset``, with the config's error handler in force on every release."""
+    dataset = _energon.get_val_dataset(path, worker_config=worker_config, **kwargs)
+    return _route_errors(dataset, worker_config)
+
+
+def _route_errors(dataset: SavableDataset, config: WorkerConfig) -> SavableDataset:
+    entry = None if HAS_GLOBAL_ERROR_HANDLER else _HANDLERS.get(id(config))
+    if entry is None or entry[0] is not config:
+        return dataset
+    handler = entry[1]
+    seen: set[int] = set()
+    stack: list[Any] = [dataset]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if not isinstance(node, SavableDataset):
+            continue
+        if "error_handler" in vars(node):
+            node.error_handler = _Handler(handler)
+        stack.extend(vars(node).values())
+    return dataset
+
+
+class _Handler:
+    """Energon 7.0-7.2 call a wrapper's handler as ``(exception, sample)`` or with ``sources`` too."""
+
+    def __init__(self, handler: ErrorHandler) -> None:
+        self.handler = handler
+
+    def __call__(self, error: Exception, sample: Any, sources: Any = None) -> None:
+        self.handler(error, sample, sources)
