@@ -2,6 +2,7 @@
 
 nox -s tests       the test suite, in parallel (pytest-xdist), with a junit report
 nox -s lint        ruff check and ruff format --check
+nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
 nox -s demo        the end-to-end demo (the main job)
 """
 
@@ -56,6 +57,32 @@ def tests(session: nox.Session) -> None:
     """Run the test suite with xdist; extra arguments go to pytest."""
     _install(session)
     session.run("pytest", "-n", "auto", "--junitxml=reports/junit.xml", *session.posargs)
+
+
+#: Energon releases the library and the suite are tested on; 7.0-7.2 resolve local paths through
+#: multi-storage-client's "default" profile, which multi-storage-client 1.0 removed.
+ENERGON_MATRIX = {
+    "7.0.0": ("multi-storage-client<1",),
+    "7.3.2": (),
+    "7.4.1": (),
+}
+
+
+@nox.session(python="3.11")
+@nox.parametrize("energon", list(ENERGON_MATRIX))
+def energon_matrix(session: nox.Session, energon: str) -> None:
+    """The test suite and the quick conformance profile on one Energon release (7.0.0, 7.3.2, 7.4.1)."""
+    _install(session)
+    session.install(*CONSTRAINTS, f"megatron-energon=={energon}", *ENERGON_MATRIX[energon])
+    session.run("pytest", "-n", "auto", "-p", "no:cacheprovider", *session.posargs)
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-profile=quick",
+        "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+        "--cooker=primus_energon:RAW_COOKER",
+    )
 
 
 @nox.session(python="3.11")

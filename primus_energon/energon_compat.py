@@ -6,9 +6,12 @@
   ``error_handler``, logging and skipping by default. :func:`worker_config` takes the handler on every
   version, and :func:`get_train_dataset` / :func:`get_val_dataset` hand it, on 7.0-7.2, to every wrapper of
   the pipeline they build, so a caller asking for ``reraise_exception`` gets it there too.
-- **Where the stock handlers live.** ``log_exception`` and ``reraise_exception`` are exported at the top
-  level since 7.3; before, they live in ``megatron.energon.wrappers._log_exception`` and
-  ``megatron.energon.flavors.webdataset.structs``.
+- **Sample keys.** Energon 7.0-7.2 name a sample ``"<shard>/<key>"`` (e.g. ``shard-000000.tar/s_000001``);
+  since 7.3 ``__key__`` is the key alone. :func:`energon_key` says what Energon calls a sample of a shard.
+- **The stock handlers.** ``log_exception`` and ``reraise_exception`` are exported at the top level since
+  7.3; before, ``log_exception`` lives in ``megatron.energon.wrappers._log_exception``, and the
+  ``reraise_exception`` of ``megatron.energon.flavors.webdataset.structs`` wraps the error in a bare
+  ``Exception``: here it raises the error as it is, as on 7.3+.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ __all__ = [
     "ErrorHandler",
     "log_exception",
     "reraise_exception",
+    "KEYS_NAME_THEIR_SHARD",
+    "energon_key",
     "worker_config",
     "get_train_dataset",
     "get_val_dataset",
@@ -51,12 +56,27 @@ ENERGON_VERSION: tuple[int, ...] = _version()
 #: True where ``WorkerConfig`` has ``global_error_handler`` (Energon 7.3 and later).
 HAS_GLOBAL_ERROR_HANDLER: bool = "global_error_handler" in {f.name for f in dataclasses.fields(WorkerConfig)}
 
+#: True where ``__key__`` is ``"<shard>/<key>"`` (Energon 7.0-7.2).
+KEYS_NAME_THEIR_SHARD: bool = ENERGON_VERSION < (7, 3)
+
+
+def energon_key(shard: str, key: str) -> str:
+    """The ``__key__`` Energon gives the sample ``key`` of the tar shard ``shard`` (its path relative to the
+    dataset, e.g. ``shard-000000.tar``)."""
+    return f"{shard}/{key}" if KEYS_NAME_THEIR_SHARD else key
+
+
 if hasattr(_energon, "log_exception"):
     log_exception = _energon.log_exception
     reraise_exception = _energon.reraise_exception
 else:  # Energon 7.0-7.2
-    from megatron.energon.flavors.webdataset.structs import reraise_exception  # noqa: F401
     from megatron.energon.wrappers._log_exception import log_exception  # noqa: F401
+
+    def reraise_exception(error: Exception, sample: Any, sources: Any = None) -> None:
+        """Raise the exception as it is, as Energon 7.3+'s ``reraise_exception`` does (7.0-7.2's wraps it
+        in a bare ``Exception`` holding the whole sample's text)."""
+        raise error
+
 
 #: On 7.0-7.2, by ``id(config)``: each config made by :func:`worker_config` (kept alive, so that its id is
 #: not reused) and its handler, for the datasets built with it. The config is a slotted, unhashable

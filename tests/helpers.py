@@ -15,13 +15,15 @@ import torch
 from megatron.energon import SampleDecoder
 
 from conformance.data import read_crude
+from primus_energon.energon_compat import energon_key
 from primus_energon.formats import MEMBER_NAME, SIZES
 
 SMALL_SHAPES = SIZES["tiny"]
 
 
 def read_members(dataset: str | Path) -> dict[str, dict[str, bytes]]:
-    """``{key: {member: bytes}}`` for every sample in every ``*.tar`` of ``dataset``."""
+    """``{key: {member: bytes}}`` for every sample in every ``*.tar`` of ``dataset``, keyed as Energon
+    names the samples (``energon_key``: ``<shard>/<key>`` on Energon 7.0-7.2)."""
     samples: dict[str, dict[str, bytes]] = {}
     for shard in sorted(Path(dataset).glob("*.tar")):
         with tarfile.open(shard) as tar:
@@ -31,7 +33,7 @@ def read_members(dataset: str | Path) -> dict[str, dict[str, bytes]]:
                 match = MEMBER_NAME.match(info.name)
                 assert match, f"unexpected member name {info.name!r} in {shard}"
                 key, member = match.groups()
-                samples.setdefault(key, {})[member] = tar.extractfile(info).read()
+                samples.setdefault(energon_key(shard.name, key), {})[member] = tar.extractfile(info).read()
     return samples
 
 

@@ -82,7 +82,7 @@ def test_bytes_tensor_and_path_inputs_give_identical_samples(
         from_tensors = cook_preencoded(other)
         as_paths = dict(sample)
         for member in FIELDS.values():
-            path = tmp_path / f"{sample['__key__']}.{member}"
+            path = tmp_path / f"{sample['__key__'].replace('/', '_')}.{member}"
             path.write_bytes(sample[member])
             as_paths[member] = str(path)
         from_paths = cook_preencoded(as_paths)

@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from megatron.energon import TaskEncoder
 
+from primus_energon.energon_compat import energon_key
 from synthetic import TensorSpec
 from synthetic.manifest import Manifest
 
@@ -386,12 +387,13 @@ def _mismatched_shapes(
         encoding, "wrong-shape", num_samples=8, shard_size=8, faults={"wrong-shape": 1}
     )
     (fault,) = [f for f in Manifest.load(path).faults if f.kind == "wrong-shape"]
+    odd_key = energon_key(fault.shard, fault.key)
     error_raised: BaseException | None = None
     reached = False
     with claims.claim("mismatched_shapes") as claim:
         crude = ctx.crude(path)
-        odd = [s for s in crude if s["__key__"] == fault.key]
-        normal = [s for s in crude if s["__key__"] != fault.key][:3]
+        odd = [s for s in crude if s["__key__"] == odd_key]
+        normal = [s for s in crude if s["__key__"] != odd_key][:3]
         if not odd or not normal:
             claim.nothing_because(ctx.unreadable() or "the samples of mismatched shapes could not be read")
             return
@@ -415,7 +417,7 @@ def _mismatched_shapes(
         return
     with claims.claim("error_names_samples") as claim:
         claim.examined()
-        if not error_names_sample(error_raised, fault.key):
+        if not error_names_sample(error_raised, odd_key):
             claim.problem(
                 f"batching samples of mismatched shapes (member {fault.member!r} of {fault.key!r} differs) raised "
                 f"{type(error_raised).__name__} without naming the samples: {' '.join(str(error_raised).split())[:300]}"
