@@ -110,9 +110,11 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         claims.not_applicable(
             "loads", "blocked by accepted/stateless: Energon refuses every sample of such a cooker"
         )
+        claims.not_applicable("complete_epoch", "blocked by accepted/stateless")
         return {"datasets": checked}
     if not loadable:
         claims.not_applicable("loads", "blocked by accepted/matches: no dataset has a matching cooker")
+        claims.not_applicable("complete_epoch", "blocked by accepted/matches")
         return {"datasets": checked}
     cooked_by_dataset: dict[str, list[tuple[str, object]]] = {}
     with claims.claim("loads") as claim:
