@@ -57,6 +57,8 @@ CLAIMS = claims_of(
         Harm.DATA,
         "filter only samples that are bad (NaN/Inf, corrupt), and raise an error for those; a clean sample "
         "skipped is a sample the model never sees",
+        # like every accepted claim, a failure blocks the properties that need a loader: they would each
+        # report the same lost samples again (sharding's missing keys, batch's failed encode)
     ),
 )
 
@@ -188,13 +190,18 @@ def _complete_epoch(ctx: CheckContext, claim, cooked_by_dataset: dict) -> dict[s
         for start in range(0, len(encoded), _EPOCH_BATCH):
             group = encoded[start : start + _EPOCH_BATCH]
             keys = [key for key, _ in group]
-            try:
+            samples = [out for _, out in group]
+
+            def batch(samples: list = samples, start: int = start) -> None:
                 with worker_context(ctx.seed, start):
-                    task_encoder.batch([out for _, out in group])
+                    task_encoder.batch(samples)
+
+            try:
+                call_with_timeout(batch, ctx.call_timeout_s)
             except SkipSample as error:
                 lost("batch()", error, keys)
             except Exception:
-                # batch() failing on clean samples is the batch property's finding (batch/rows), not
+                # batch() failing (or hanging) on clean samples is the batch property's finding, not
                 # reported twice; its SkipSample is a silent loss only this claim sees
                 continue
     for cause, count in sorted(skipped.items(), key=lambda item: -item[1]):
