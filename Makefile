@@ -24,7 +24,7 @@ conformance: $(STAMP)
 
 ## End-to-end demo of the reference data path on generated data.
 demo: $(STAMP)
-	$(BIN)/primus-energon demo
+	$(BIN)/python examples/demo.py $(ARGS)
 
 ## The test suite, in parallel, with a junit report in $(REPORTS)/.
 ## pytest exits 5 when it collects no tests; that is not a failure of the code under test.

@@ -1,4 +1,4 @@
-"""Generation throughput of `synthetic.generate_dataset` beside a plain write of the same bytes, in the same run.
+"""Generation throughput of `primus_energon.synthetic.generate_dataset` beside a plain write of the same bytes, in the same run.
 
     python benchmarks/bench_generate.py                       # FLUX-sized preencoded, bf16, 96 samples
     python benchmarks/bench_generate.py --samples 200 --repeat 5 --min-ratio 0.5
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from primus_energon.formats import SIZES
-from synthetic import generate_dataset
+from primus_energon.synthetic import generate_dataset
 
 FLUX_SHAPES = dict(SIZES["flux"])
 

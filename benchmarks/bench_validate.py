@@ -33,7 +33,7 @@ from pathlib import Path
 
 from primus_energon.datasets.validate import validate_dataset
 from primus_energon.formats import SIZE_DTYPES, SIZES
-from synthetic import generate_dataset
+from primus_energon.synthetic import generate_dataset
 
 PRESETS = {name: (dict(SIZES[name]), SIZE_DTYPES[name]) for name in ("guide", "flux", "small")}
 

@@ -138,7 +138,7 @@ def make_dataset(root: Path, spec: PayloadSpec, workers: int = 1) -> Path:
     """Generate (or reuse, when ``root`` already holds it) the prepared dataset of ``spec``; returns its path.
 
     ``workers`` processes write the shards (the shards do not depend on it)."""
-    from synthetic import generate_dataset
+    from primus_energon.synthetic import generate_dataset
 
     path = Path(root) / f"{spec.name}-{spec.key()}"
     stamp = path / ".bench-complete"

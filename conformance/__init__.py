@@ -8,21 +8,21 @@ From pytest (the plugin is installed with the package)::
 
 From Python::
 
-    from conformance import check_cooker
+    from primus_energon.conformance import check_cooker
     results = check_cooker("mypkg.cookers:cook_x", profile="quick")
     assert all(r.ok for r in results), [r for r in results if not r.ok]
     advice = [c for r in results for c in r.advice]   # reported, never a failure
 
 Each property is a list of claims (``results[i].claims``); a claim is a defect claim (its failure fails
-the property) or advice (see :mod:`conformance.claims`).
+the property) or advice (see :mod:`primus_energon.conformance.claims`). Importing the package loads
+nothing heavy; each name loads its module on first use.
 """
 
-from .api import check_cooker, check_task_encoder, check_wrapper
-from .claims import Claim, ClaimResult, Harm
-from .profiles import PROFILES, Profile
-from .properties import PROPERTIES, Property
-from .results import PropertyFailure, PropertyResult, PropertySkipped
-from .target import Target, resolve_target
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 __all__ = [
     "Claim",
@@ -41,3 +41,31 @@ __all__ = [
     "Target",
     "resolve_target",
 ]
+
+_WHERE = {
+    "check_cooker": "api",
+    "check_task_encoder": "api",
+    "check_wrapper": "api",
+    "Claim": "claims",
+    "ClaimResult": "claims",
+    "Harm": "claims",
+    "PROFILES": "profiles",
+    "Profile": "profiles",
+    "PROPERTIES": "properties",
+    "Property": "properties",
+    "PropertyResult": "results",
+    "PropertyFailure": "results",
+    "PropertySkipped": "results",
+    "Target": "target",
+    "resolve_target": "target",
+}
+
+if TYPE_CHECKING:
+    from .api import check_cooker, check_task_encoder, check_wrapper
+    from .claims import Claim, ClaimResult, Harm
+    from .profiles import PROFILES, Profile
+    from .properties import PROPERTIES, Property
+    from .results import PropertyFailure, PropertyResult, PropertySkipped
+    from .target import Target, resolve_target
+
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

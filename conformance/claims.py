@@ -17,7 +17,7 @@ A check uses a :class:`ClaimRecorder`::
     claims.not_applicable("images", "the format has no image members")
 
 A claim that examined nothing and found nothing fails: it has not passed. An exception the target raised
-on clean data (:class:`~conformance.execution.TargetError`) fails the claim it happened in; any other
+on clean data (:class:`~primus_energon.conformance.execution.TargetError`) fails the claim it happened in; any other
 exception is the suite's own defect and gives the verdict ``error``.
 """
 

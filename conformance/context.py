@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from synthetic import example_schemas
+from primus_energon.synthetic import example_schemas
 
 from .data import Workspace, read_crude
 from .profiles import Profile

@@ -22,8 +22,7 @@ from megatron.energon.task_encoder.cooking import Cooker
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.energon_compat import get_val_dataset, worker_config
 from primus_energon.formats import SIZES, member_kind, split_member_name
-from primus_energon.tensorfile import read_tensor
-from synthetic import (
+from primus_energon.synthetic import (
     ImageSpec,
     Schema,
     TensorSpec,
@@ -34,7 +33,16 @@ from synthetic import (
     harmonised,
     load_schema,
 )
-from synthetic.schema import NPY_DTYPES, TENSOR_DTYPES, BytesSpec, JsonSpec, MemberSpec, NpySpec, PickleSpec
+from primus_energon.synthetic.schema import (
+    NPY_DTYPES,
+    TENSOR_DTYPES,
+    BytesSpec,
+    JsonSpec,
+    MemberSpec,
+    NpySpec,
+    PickleSpec,
+)
+from primus_energon.tensorfile import read_tensor
 
 __all__ = ["Workspace", "SMALL_SHAPES", "infer_schema", "read_crude"]
 
@@ -239,8 +247,8 @@ class Workspace:
     ``dataset``: a user's prepared dataset; it is read, never written (variants are generated in the
     user's format, inferred from its first sample, under ``root``). ``schema_files``: the user's formats
     (``--conformance-schema``, repeatable). Otherwise an encoding is generated from the built-in
-    formats or the shipped example schemas (:func:`synthetic.example_schemas`). ``together``: the formats
-    one target cooks; their shared tensor fields get one shape and dtype (:func:`synthetic.harmonised`),
+    formats or the shipped example schemas (:func:`primus_energon.synthetic.example_schemas`). ``together``: the formats
+    one target cooks; their shared tensor fields get one shape and dtype (:func:`primus_energon.synthetic.harmonised`),
     so their samples can meet in a batch.
     """
 
@@ -354,6 +362,6 @@ class Workspace:
     def metadataset(
         self, name: str, entries: list[tuple[Path, float, dict[str, Any]]], *, legacy: bool = False
     ) -> Path:
-        from synthetic import write_metadataset
+        from primus_energon.synthetic import write_metadataset
 
         return write_metadataset(self.root / f"{name}.yaml", entries, legacy=legacy)

@@ -29,8 +29,7 @@ import torch
 from PIL import Image
 
 from primus_energon.safepickle import safe_loads
-from primus_energon.tensorfile import read_tensor
-from synthetic.schema import (
+from primus_energon.synthetic.schema import (
     BytesSpec,
     ImageSpec,
     JsonSpec,
@@ -40,6 +39,7 @@ from synthetic.schema import (
     TensorSpec,
     TextSpec,
 )
+from primus_energon.tensorfile import read_tensor
 
 from .fingerprint import fingerprint
 

@@ -1,8 +1,10 @@
 """The pytest plugin (entry point ``pytest11``): ``pytest --cooker MODULE:ATTR`` / ``--task-encoder`` /
 ``--wrapper``.
 
-Without those options it does nothing. With them, pytest collects the conformance suite (one test per
-property and target) instead of the current directory's tests.
+Without those options it does nothing, and costs nothing: loading it imports pytest and the standard
+library only (torch, Energon, hypothesis and the suite load when a target option is given). With them,
+pytest collects the conformance suite (one test per property and target) instead of the current
+directory's tests.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 import pytest
 
 from .profiles import PROFILES
-from .report import environment, write_reports
 
 __all__ = [
     "pytest_addoption",
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
+SUITE_MODULE = __name__.rpartition(".")[0] + ".suite.test_conformance"
 _RESULTS_KEY = pytest.StashKey[list]()
 _CLAIM_XFAILS_KEY = pytest.StashKey[dict]()
 #: Results reported on this (controller) process, in report order.
@@ -180,6 +182,36 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:.*pin_memory.*:UserWarning")
 
 
+class _SuiteModule(pytest.Module):
+    """The suite's test module, imported under its installed name (``primus_energon.conformance.suite...``).
+
+    pytest would import the file by its location instead; in a source checkout, where the folder is
+    ``conformance/`` (installed as ``primus_energon.conformance``), that would give it the top-level name
+    ``conformance``: a second copy of the suite, colliding with a user's own package of that name."""
+
+    def _getobj(self) -> Any:
+        # pytest.Module has no public hook for "this module is already importable by name"; _getobj has
+        # been the import point since pytest 3.
+        import importlib
+
+        return importlib.import_module(SUITE_MODULE)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    # The same for the suite's packages: as pytest.Package nodes they would import their __init__ by path.
+    if path in (SUITE.parent, SUITE.parent.parent) and _active(parent.config):
+        return pytest.Dir.from_parent(parent, path=path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if module_path == SUITE and _active(parent.config):
+        return _SuiteModule.from_parent(parent, path=module_path)
+    return None
+
+
 def _check_usage(config: pytest.Config) -> None:
     """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
     that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file."""
@@ -200,7 +232,7 @@ def _check_usage(config: pytest.Config) -> None:
                 problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
     schemas = config.getoption(option_dest("schema")) or []
     if schemas:
-        from synthetic import load_schema
+        from primus_energon.synthetic import load_schema
 
         encodings: dict[str, str] = {}
         for schema in schemas:
@@ -276,6 +308,8 @@ def claim_expectations(config: pytest.Config) -> dict[str, str]:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not _active(config):
         return None
+    from .report import environment
+
     env = environment()["versions"]
     return [
         "conformance targets: "
@@ -379,6 +413,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     formats = _formats_by_target(_collected)
     for target in targets:
         target["formats"] = formats.get(target["target"], {})
+    from .report import write_reports
+
     write_reports(
         report_dir,
         results=list(_collected),

@@ -9,7 +9,7 @@ verdict can say which member ran, in which sample, and what ran it: the target's
 ``weights_only=True``, ``pickle.loads``, ``np.load(allow_pickle=True)``).
 
 The target's full loading path (decoder, cooker, ``encode_sample``, ``batch``) reads the probe dataset in
-a fresh process (``python -m conformance.runner probe``), once in the environment as it is and once with
+a fresh process (``python -m primus_energon.conformance.runner probe``), once in the environment as it is and once with
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which makes every ``torch.load`` that does not pass
 ``weights_only=True`` itself unpickle anything (it is commonly set to load old checkpoints). torch reads
 that variable at each ``torch.load`` call, so one process serves both runs, one after the other.
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from synthetic.preparation import prepare_with_energon, write_dataset_yaml
+from primus_energon.synthetic.preparation import prepare_with_energon, write_dataset_yaml
 
 __all__ = [
     "EXTRA_MEMBERS",

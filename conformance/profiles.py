@@ -4,8 +4,10 @@ except ``thorough``'s extra examples, so a verdict on a given target is reproduc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hypothesis import HealthCheck, Phase, settings
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 __all__ = ["Profile", "PROFILES", "get_profile"]
 
@@ -26,6 +28,9 @@ class Profile:
     shrink: bool = False
 
     def hypothesis_settings(self, max_examples: int | None = None) -> settings:
+        # imported here: the pytest plugin reads the profile names on every run, with or without a target
+        from hypothesis import HealthCheck, Phase, settings
+
         return settings(
             max_examples=max_examples if max_examples is not None else self.max_examples,
             derandomize=self.derandomize,

@@ -1,12 +1,12 @@
 """Running a target in fresh processes: the child entry point and the parent's helpers.
 
-Child side (``python -m conformance.runner ...``; the target is rebuilt from its spec in the child)::
+Child side (``python -m primus_energon.conformance.runner ...``; the target is rebuilt from its spec in the child)::
 
-    python -m conformance.runner determinism --spec M:A --kind cooker --input-form bytes --seed 0 \\
+    python -m primus_energon.conformance.runner determinism --spec M:A --kind cooker --input-form bytes --seed 0 \\
         --dataset DIR [--dataset DIR ...] --workers 0,1,2 --batches 6 --batch-size 4 --out FILE.json
-    python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m conformance.runner \\
+    python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m primus_energon.conformance.runner \\
         shard --spec M:A --kind task_encoder --dataset DIR [...] --batch-size 3 --out DIR
-    python -m conformance.runner probe --spec M:A --kind task_encoder --dataset DIR [...] --markers DIR \\
+    python -m primus_energon.conformance.runner probe --spec M:A --kind task_encoder --dataset DIR [...] --markers DIR \\
         --out FILE.json
 
 ``determinism`` (``--seed`` is repeatable) writes ``{"results": {seed: {dataset: {num_workers:
@@ -14,7 +14,7 @@ Child side (``python -m conformance.runner ...``; the target is rebuilt from its
 ``shard`` (one process per rank, under ``torch.distributed``) writes ``rank<r>.json`` with
 ``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch"|"cooker"}}``;
 ``probe`` reads each code-execution probe dataset through the target once per environment
-(:func:`conformance.probe.probe_all`) and writes ``{dataset index: {environment: outcome}}``.
+(:func:`primus_energon.conformance.probe.probe_all`) and writes ``{dataset index: {environment: outcome}}``.
 
 Parent side: :func:`child_target_args` (raises ``PropertySkipped`` when the target cannot be rebuilt in
 another process), :func:`child_env`, :func:`start` and :func:`finish` (time-limited, failure with the
@@ -113,7 +113,7 @@ def _recording_after(cook_fn: Any, sink: str) -> Any:
 
 def record_cooked(task_encoder: TaskEncoder, sink: str | os.PathLike) -> TaskEncoder:
     """Make every cooker of ``task_encoder`` append ``{key, pid}`` to ``sink`` after it returned (unlike
-    :func:`~conformance.execution.instrument`, a sample the cooker skipped or failed is not recorded).
+    :func:`~primus_energon.conformance.execution.instrument`, a sample the cooker skipped or failed is not recorded).
     Sets ``cookers`` on the given TaskEncoder and returns it."""
     cookers = list(getattr(task_encoder, "cookers", None) or [])
     task_encoder.cookers = [
@@ -289,8 +289,8 @@ def finish(child: Child, *, what: str, reproduce: str, timeout: float = DEFAULT_
 
 
 def runner_command(subcommand: str, args: Sequence[str]) -> list[str]:
-    """``python -m conformance.runner SUBCOMMAND ARGS`` with this interpreter."""
-    return [sys.executable, "-m", "conformance.runner", subcommand, *args]
+    """``python -m primus_energon.conformance.runner SUBCOMMAND ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "primus_energon.conformance.runner", subcommand, *args]
 
 
 def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[str]:
@@ -303,7 +303,7 @@ def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[s
         "--nnodes=1",
         f"--nproc-per-node={nproc}",
         "-m",
-        "conformance.runner",
+        "primus_energon.conformance.runner",
         subcommand,
         *args,
     ]
@@ -431,7 +431,9 @@ def _probe(options: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The child entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m conformance.runner", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m primus_energon.conformance.runner", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("determinism", "shard", "probe"):
         p = sub.add_parser(name)

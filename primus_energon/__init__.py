@@ -8,48 +8,17 @@ Everything public is importable from here::
     batch = next(loader)            # {"latents": [8, C, H, W], "prompt_embeds": ..., ...}
     state = loader.save_state()     # checkpoint with the model; restore_state(state) to resume
 
+Importing the package loads nothing heavy: each name loads its module (and torch, Energon) on first use.
+
 Dataset tools (finalize, validate, info, preview; also the ``primus-energon`` command) live in
 :mod:`primus_energon.datasets`.
 """
 
-from .batching import sample_keys, stack_field
-from .cookers import (
-    PREENCODED_CAPTION_MEMBER,
-    PREENCODED_TENSOR_MEMBERS,
-    RAW_IMAGE_MEMBERS,
-    RAW_TEXT_MEMBER,
-    cook_preencoded_diffusion,
-    cook_preencoded_diffusion_zero_copy,
-    cook_raw_images,
-)
-from .dataloader import EnergonDataloader, MegatronDataloaderWrapper, cyclic_iter
-from .decoding import SafeSampleDecoder, UnsafeMemberError
-from .errors import (
-    BatchError,
-    BatchShapeError,
-    CaptionDecodeError,
-    EmptyDataloaderError,
-    MissingMemberError,
-    PayloadDecodeError,
-    SampleError,
-)
-from .loader import get_loader, resolve_rank
-from .payloads import decode_text, load_image, load_tensor
-from .safepickle import PickleFormatError, UnsafePickleError, safe_loads
-from .sample import DiffusionSample
-from .task_encoders import (
-    PREENCODED_COOKER,
-    PREENCODED_ZERO_COPY_COOKER,
-    RAW_COOKER,
-    REFERENCE_COOKERS,
-    EncodedDiffusionTaskEncoder,
-    MultiFormatTaskEncoder,
-    RawDiffusionTaskEncoder,
-    SafeDecodingTaskEncoder,
-    batch_preencoded,
-    batch_raw,
-)
-from .tensorfile import TensorFileError, read_tensor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -98,3 +67,91 @@ __all__ = [
     "EmptyDataloaderError",
     "__version__",
 ]
+
+#: Where each public name lives; its module is imported on first use (see :mod:`primus_energon._lazy`).
+_WHERE = {
+    "sample_keys": "batching",
+    "stack_field": "batching",
+    "PREENCODED_CAPTION_MEMBER": "cookers",
+    "PREENCODED_TENSOR_MEMBERS": "cookers",
+    "RAW_IMAGE_MEMBERS": "cookers",
+    "RAW_TEXT_MEMBER": "cookers",
+    "cook_preencoded_diffusion": "cookers",
+    "cook_preencoded_diffusion_zero_copy": "cookers",
+    "cook_raw_images": "cookers",
+    "EnergonDataloader": "dataloader",
+    "MegatronDataloaderWrapper": "dataloader",
+    "cyclic_iter": "dataloader",
+    "SafeSampleDecoder": "decoding",
+    "UnsafeMemberError": "decoding",
+    "BatchError": "errors",
+    "BatchShapeError": "errors",
+    "CaptionDecodeError": "errors",
+    "EmptyDataloaderError": "errors",
+    "MissingMemberError": "errors",
+    "PayloadDecodeError": "errors",
+    "SampleError": "errors",
+    "get_loader": "loader",
+    "resolve_rank": "loader",
+    "decode_text": "payloads",
+    "load_image": "payloads",
+    "load_tensor": "payloads",
+    "PickleFormatError": "safepickle",
+    "UnsafePickleError": "safepickle",
+    "safe_loads": "safepickle",
+    "DiffusionSample": "sample",
+    "PREENCODED_COOKER": "task_encoders",
+    "PREENCODED_ZERO_COPY_COOKER": "task_encoders",
+    "RAW_COOKER": "task_encoders",
+    "REFERENCE_COOKERS": "task_encoders",
+    "EncodedDiffusionTaskEncoder": "task_encoders",
+    "MultiFormatTaskEncoder": "task_encoders",
+    "RawDiffusionTaskEncoder": "task_encoders",
+    "SafeDecodingTaskEncoder": "task_encoders",
+    "batch_preencoded": "task_encoders",
+    "batch_raw": "task_encoders",
+    "TensorFileError": "tensorfile",
+    "read_tensor": "tensorfile",
+}
+
+if TYPE_CHECKING:
+    from .batching import sample_keys, stack_field
+    from .cookers import (
+        PREENCODED_CAPTION_MEMBER,
+        PREENCODED_TENSOR_MEMBERS,
+        RAW_IMAGE_MEMBERS,
+        RAW_TEXT_MEMBER,
+        cook_preencoded_diffusion,
+        cook_preencoded_diffusion_zero_copy,
+        cook_raw_images,
+    )
+    from .dataloader import EnergonDataloader, MegatronDataloaderWrapper, cyclic_iter
+    from .decoding import SafeSampleDecoder, UnsafeMemberError
+    from .errors import (
+        BatchError,
+        BatchShapeError,
+        CaptionDecodeError,
+        EmptyDataloaderError,
+        MissingMemberError,
+        PayloadDecodeError,
+        SampleError,
+    )
+    from .loader import get_loader, resolve_rank
+    from .payloads import decode_text, load_image, load_tensor
+    from .safepickle import PickleFormatError, UnsafePickleError, safe_loads
+    from .sample import DiffusionSample
+    from .task_encoders import (
+        PREENCODED_COOKER,
+        PREENCODED_ZERO_COPY_COOKER,
+        RAW_COOKER,
+        REFERENCE_COOKERS,
+        EncodedDiffusionTaskEncoder,
+        MultiFormatTaskEncoder,
+        RawDiffusionTaskEncoder,
+        SafeDecodingTaskEncoder,
+        batch_preencoded,
+        batch_raw,
+    )
+    from .tensorfile import TensorFileError, read_tensor
+
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from . import __version__, demo
+from . import __version__
 from .datasets.cli import register as register_dataset_commands
 
 __all__ = ["main", "build_parser"]
@@ -19,14 +19,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo_parser = commands.add_parser(
-        "demo",
-        help="end-to-end check of the reference data path on generated data",
-        description=demo.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    demo.add_arguments(demo_parser)
-    demo_parser.set_defaults(handler=demo.run)
     register_dataset_commands(commands)
     return parser
 

@@ -54,7 +54,7 @@ def _check_path(path: str | os.PathLike) -> Path:
         if not (path / ".nv-meta" / "dataset.yaml").is_file():
             raise FileNotFoundError(
                 f"{str(path)!r} is not a prepared Energon dataset: {str(path / '.nv-meta' / 'dataset.yaml')!r} is "
-                "missing. Prepare it (energon prepare, or synthetic.generate_dataset) and write dataset.yaml "
+                "missing. Prepare it (energon prepare, or primus_energon.synthetic.generate_dataset) and write dataset.yaml "
                 "with `subflavors: {encoding: ...}`"
             )
         return path

@@ -2,7 +2,7 @@
 
 Example::
 
-    from synthetic import generate_dataset, write_metadataset
+    from primus_energon.synthetic import generate_dataset, write_metadataset
 
     m = generate_dataset("data/pre", num_samples=32, shard_size=8, seed=1,
                          shapes={"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)},
@@ -10,31 +10,14 @@ Example::
     m.keys()                      # sample keys; m.faults says which were damaged and how
     write_metadataset("data/mix.yaml", [("data/pre", 0.7, {"source": "a"}), ("data/raw", 0.3)])
 
-The same is available on the command line as ``primus-synth`` / ``python -m synthetic``.
+The same is available on the command line as ``primus-synth`` / ``python -m primus_energon.synthetic``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .errors import SyntheticError
-from .faults import FAULT_KINDS
-from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
-from .metadataset import write_metadataset
-from .schema import (
-    BytesSpec,
-    ImageSpec,
-    JsonSpec,
-    NpySpec,
-    PickleSpec,
-    Schema,
-    TensorSpec,
-    TextSpec,
-    builtin_schema,
-    example_schemas,
-    harmonised,
-    load_schema,
-)
+from primus_energon._lazy import lazy_exports
 
 __all__ = [
     "FAULT_KINDS",
@@ -60,14 +43,51 @@ __all__ = [
     "write_metadataset",
 ]
 
+#: Where each public name lives; loaded on first use, so `primus-synth --help` stays fast (generate_dataset
+#: pulls in torch and Energon).
+_WHERE = {
+    "BytesSpec": "schema",
+    "FAULT_KINDS": "faults",
+    "FaultRecord": "manifest",
+    "ImageSpec": "schema",
+    "JsonSpec": "schema",
+    "Manifest": "manifest",
+    "MemberRecord": "manifest",
+    "NpySpec": "schema",
+    "PickleSpec": "schema",
+    "SampleRecord": "manifest",
+    "Schema": "schema",
+    "ShardRecord": "manifest",
+    "SyntheticError": "errors",
+    "TensorSpec": "schema",
+    "TextSpec": "schema",
+    "builtin_schema": "schema",
+    "example_schemas": "schema",
+    "generate_dataset": "generate",
+    "harmonised": "schema",
+    "load_schema": "schema",
+    "write_metadataset": "metadataset",
+}
+
 if TYPE_CHECKING:
+    from .errors import SyntheticError
+    from .faults import FAULT_KINDS
     from .generate import generate_dataset
+    from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
+    from .metadataset import write_metadataset
+    from .schema import (
+        BytesSpec,
+        ImageSpec,
+        JsonSpec,
+        NpySpec,
+        PickleSpec,
+        Schema,
+        TensorSpec,
+        TextSpec,
+        builtin_schema,
+        example_schemas,
+        harmonised,
+        load_schema,
+    )
 
-
-def __getattr__(name: str) -> Any:
-    # generate_dataset pulls in torch and Energon; loading it on first use keeps `primus-synth --help` fast.
-    if name == "generate_dataset":
-        from .generate import generate_dataset
-
-        return generate_dataset
-    raise AttributeError(f"module 'synthetic' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -1,4 +1,4 @@
-"""``python -m synthetic``: the same CLI as the ``primus-synth`` console script."""
+"""``python -m primus_energon.synthetic``: the same CLI as the ``primus-synth`` console script."""
 
 import sys
 

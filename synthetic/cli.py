@@ -1,4 +1,4 @@
-"""``primus-synth`` / ``python -m synthetic``: generate datasets and metadatasets from the command line.
+"""``primus-synth`` / ``python -m primus_energon.synthetic``: generate datasets and metadatasets from the command line.
 
 Exit status: 0 on success, 2 on a bad argument or a refused output directory (one ``error:`` line on stderr),
 1 on an unexpected failure (with a traceback).

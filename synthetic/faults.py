@@ -1,6 +1,6 @@
 """Named faults: their kinds, how a request is parsed, and where each one goes (a seeded `FaultPlan`).
 
-What each fault does to the bytes is in `synthetic.damage`. Each sample carries at most one fault, and sample
+What each fault does to the bytes is in `primus_energon.synthetic.damage`. Each sample carries at most one fault, and sample
 faults never land in a shard that a shard fault hits, so every fault's damage is exactly what its manifest
 record says.
 """

@@ -1,5 +1,5 @@
 """Deterministic member payloads: every byte is a function of (seed, sample index, member name) only
-(see `synthetic.rng`).
+(see `primus_energon.synthetic.rng`).
 
 Floating-point tensors are cut from a per-seed pool of standard-normal values (one random offset per member,
 plus fresh values in the first few elements so no two members collide), so a FLUX-sized sample costs a memcpy

@@ -1,6 +1,6 @@
 """One shard at a time: the unit of work that worker processes and ranks split between them.
 
-`synthetic.plan.DatasetPlan` is everything a shard's bytes depend on; `write_shard(plan, s)` writes shard `s`
+`primus_energon.synthetic.plan.DatasetPlan` is everything a shard's bytes depend on; `write_shard(plan, s)` writes shard `s`
 and returns its manifest records. Shards are independent, so any assignment of shards to processes gives the
 same bytes.
 """

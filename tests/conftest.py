@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from synthetic import generate_dataset
+from primus_energon.synthetic import generate_dataset
 from tests.helpers import SMALL_SHAPES
 
 

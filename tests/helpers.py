@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from megatron.energon import SampleDecoder
 
-from conformance.data import read_crude
+from primus_energon.conformance.data import read_crude
 from primus_energon.energon_compat import energon_key
 from primus_energon.formats import MEMBER_NAME, SIZES
 
@@ -78,7 +78,7 @@ def write_prepared_dataset(
 ) -> Path:
     """A one-shard dataset of exactly these ``(key, {member: bytes})`` samples, prepared by Energon, with
     ``dataset.yaml`` (for formats the generator does not write)."""
-    from synthetic.preparation import prepare_with_energon, write_dataset_yaml
+    from primus_energon.synthetic.preparation import prepare_with_energon, write_dataset_yaml
 
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(root / "shard-000000.tar", "w", format=tarfile.GNU_FORMAT) as tar:

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from synthetic import Manifest, Schema, generate_dataset
-from synthetic.schema import FLOAT_DTYPES, TensorSpec, TextSpec
+from primus_energon.synthetic import Manifest, Schema, generate_dataset
+from primus_energon.synthetic.schema import FLOAT_DTYPES, TensorSpec, TextSpec
 
 REPO = Path(__file__).resolve().parents[1]
 #: tiny preencoded shapes: a test dataset costs milliseconds
@@ -217,9 +217,11 @@ def report_faults(samples: Sequence[dict[str, Any]], schema: Schema) -> set[tupl
 def run_cli(
     args: Iterable[str], *, module: bool = True, env: dict[str, str] | None = None, cwd: Path | None = None
 ):
-    """Run the CLI as ``python -m synthetic`` (or the ``primus-synth`` script) and capture its output."""
+    """Run the CLI as ``python -m primus_energon.synthetic`` (or the ``primus-synth`` script) and capture its output."""
     exe = (
-        [sys.executable, "-m", "synthetic"] if module else [str(Path(sys.executable).parent / "primus-synth")]
+        [sys.executable, "-m", "primus_energon.synthetic"]
+        if module
+        else [str(Path(sys.executable).parent / "primus-synth")]
     )
     full_env = {**os.environ, **(env or {})}
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):

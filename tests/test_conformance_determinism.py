@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from megatron.energon import Cooker, stateless
 
-from conformance import check_cooker, check_task_encoder
-from conformance.results import PropertyResult
-from conformance.runner import batch_keys, cook_order, parse_fingerprint
 from primus_energon import cook_preencoded_diffusion
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.results import PropertyResult
+from primus_energon.conformance.runner import batch_keys, cook_order, parse_fingerprint
 
 ZOO = "tests.conformance_zoo.determinism_broken"
 
@@ -100,7 +100,10 @@ def test_a_child_that_does_not_finish_fails_naming_its_command(workdir: Path) ->
     claim = result.claim("determinism/fresh_processes")
     assert claim.verdict == "fail", f"{claim.verdict}: {claim.message}"
     assert "the determinism child process (a) did not finish within 1 s (killed)" in claim.message
-    assert "PYTHONHASHSEED=1 " in claim.message and "conformance.runner determinism" in claim.message
+    assert (
+        "PYTHONHASHSEED=1 " in claim.message
+        and "primus_energon.conformance.runner determinism" in claim.message
+    )
     seed = result.claim("determinism/seed")
     assert seed.verdict == "skip" and "child processes did not finish" in seed.message, seed
     assert result.verdict == "fail"

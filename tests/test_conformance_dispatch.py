@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from megatron.energon import Cooker
 
-from conformance import check_cooker, check_task_encoder
-from conformance.properties.dispatch import shadowed_cookers
-from conformance.results import PropertyResult
 from primus_energon import MultiFormatTaskEncoder, cook_preencoded_diffusion, cook_raw_images
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.properties.dispatch import shadowed_cookers
+from primus_energon.conformance.results import PropertyResult
 
 ZOO = "tests.conformance_zoo.dispatch_broken"
 

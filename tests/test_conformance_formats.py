@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from megatron.energon import basic_sample_keys, stateless
 
-from conformance import check_cooker, check_task_encoder
-from conformance.api import make_context
-from conformance.target import resolve_target
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.api import make_context
+from primus_energon.conformance.target import resolve_target
 from primus_energon.formats import SIZES
-from synthetic import (
+from primus_energon.synthetic import (
     BytesSpec,
     NpySpec,
     Schema,
@@ -238,9 +238,9 @@ def test_crude_samples_keep_the_decoders_numpy_arrays(tmp_path: Path) -> None:
     numpy array (torch's DataLoader would turn it into a tensor on the way out of the reading loader)."""
     import numpy as np
 
-    from conformance.data import read_crude
+    from primus_energon.conformance.data import read_crude
     from primus_energon.decoding import SafeSampleDecoder
-    from synthetic import generate_dataset
+    from primus_energon.synthetic import generate_dataset
 
     dataset = tmp_path / "nemo"
     generate_dataset(dataset, schema=load_schema(example_schemas()["nemo"]), num_samples=2, shard_size=2)

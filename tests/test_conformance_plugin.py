@@ -115,6 +115,47 @@ def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None
     assert "1 passed" in run.stdout and "conformance targets" not in run.stdout
 
 
+_HEAVY = ("torch", "megatron", "hypothesis", "numpy", "webdataset", "primus_energon.conformance.api")
+
+_IMPORT_COST_PROBE = f"""
+import sys
+
+def test_the_plugin_is_loaded_and_light(request):
+    assert request.config.pluginmanager.has_plugin("primus_energon_conformance")
+    assert request.config.getoption("cooker") == []
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in {_HEAVY!r} or m in {_HEAVY!r})
+    assert heavy == [], heavy
+"""
+
+
+def test_the_plugin_imports_nothing_heavy_without_a_target(tmp_path: Path) -> None:
+    """Installing the package must not slow down an unrelated pytest run: loading the plugin (through its
+    ``pytest11`` entry point, in a fresh interpreter) imports neither torch, Energon, hypothesis nor the
+    suite. The probe test fails if anything heavy is in ``sys.modules`` after the plugin loaded."""
+    (tmp_path / "test_probe.py").write_text(_IMPORT_COST_PROBE)
+    run = _pytest(tmp_path, "-p", "no:xdist", "-p", "no:benchmark", "-p", "no:hypothesispytest")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "1 passed" in run.stdout
+
+
+def test_the_suite_loads_only_with_a_target_and_under_its_installed_name(tmp_path: Path) -> None:
+    """The same probe with a target given sees the suite load (so the probe above can fail), as
+    ``primus_energon.conformance`` only: never as a top-level ``conformance``, the name of the source folder,
+    which would collide with a user's own package."""
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_sessionfinish(session):\n"
+        "    import sys\n"
+        "    print('LOADED:', sorted(m for m in sys.modules if m.partition('.')[0] == 'conformance'\n"
+        "        or m.startswith('primus_energon.conformance.suite')))\n"
+    )
+    run = _pytest(tmp_path, "-s", "--cooker", "primus_energon:PREENCODED_COOKER", "--collect-only", "-q")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert (
+        "LOADED: ['primus_energon.conformance.suite', 'primus_energon.conformance.suite.test_conformance']"
+        in run.stdout
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

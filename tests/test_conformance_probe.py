@@ -12,9 +12,15 @@ import pytest
 import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, SampleDecoder
 
-from conformance import check_cooker, check_task_encoder
-from conformance.probe import PROBE_DIR_VARIABLE, _ran_by, environment, hostile_bytes, read_findings
 from primus_energon import read_tensor
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.probe import (
+    PROBE_DIR_VARIABLE,
+    _ran_by,
+    environment,
+    hostile_bytes,
+    read_findings,
+)
 from tests.conformance_zoo.broken import cook_accepts_decoded
 
 

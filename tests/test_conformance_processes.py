@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance import check_task_encoder
-from conformance.runner import CHILD_TAG_VARIABLE, child_env, runner_command, start, stop, tagged_processes
+from primus_energon.conformance import check_task_encoder
+from primus_energon.conformance.runner import (
+    CHILD_TAG_VARIABLE,
+    child_env,
+    runner_command,
+    start,
+    stop,
+    tagged_processes,
+)
 from tests.helpers import live_processes
 
 pytestmark = pytest.mark.slow

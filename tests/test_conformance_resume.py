@@ -11,12 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import check_cooker, check_task_encoder
-from conformance.api import make_context
-from conformance.fingerprint import fingerprint
-from conformance.properties.resume import NUM_SAMPLES, _check_restore_sample, _plan, _reference, _steps_for
-from conformance.results import PropertyFailure, PropertyResult
-from conformance.target import resolve_target
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.api import make_context
+from primus_energon.conformance.fingerprint import fingerprint
+from primus_energon.conformance.properties.resume import (
+    NUM_SAMPLES,
+    _check_restore_sample,
+    _plan,
+    _reference,
+    _steps_for,
+)
+from primus_energon.conformance.results import PropertyFailure, PropertyResult
+from primus_energon.conformance.target import resolve_target
 
 ZOO = "tests.conformance_zoo.resume_broken"
 ROUTES = ("resume/checkpoint", "resume/wrapper", "resume/resaved")

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from megatron.energon import Cooker, stateless
 
-from conformance import check_cooker, check_task_encoder
-from conformance.api import make_context
-from conformance.properties.sharding import _verify
-from conformance.results import PropertyFailure, PropertyResult
-from conformance.runner import child_env, finish, start
-from conformance.target import resolve_target
 from primus_energon import cook_preencoded_diffusion
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.api import make_context
+from primus_energon.conformance.properties.sharding import _verify
+from primus_energon.conformance.results import PropertyFailure, PropertyResult
+from primus_energon.conformance.runner import child_env, finish, start
+from primus_energon.conformance.target import resolve_target
 
 ZOO = "tests.conformance_zoo.sharding_broken"
 

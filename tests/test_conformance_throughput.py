@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import check_cooker, check_task_encoder
-from conformance.results import PropertyResult
+from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.results import PropertyResult
 
 NUMBERS = (
     "cook_us_per_sample",

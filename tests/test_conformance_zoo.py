@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import check_cooker, check_task_encoder, check_wrapper
-from conformance.properties import PROPERTIES, all_claims
+from primus_energon.conformance import check_cooker, check_task_encoder, check_wrapper
+from primus_energon.conformance.properties import PROPERTIES, all_claims
 from tests.conformance_zoo.broken import BROKEN_TARGETS
 from tests.conformance_zoo.correct import CORRECT_TARGETS
 from tests.conformance_zoo.pathological import PATHOLOGICAL_TARGETS

@@ -22,7 +22,7 @@ from primus_energon.datasets.problems import CODES
 from primus_energon.datasets.report import REPORT_FORMAT, REPORT_VERSION, render_summary
 from primus_energon.datasets.tarscan import TarCorrupt, TarTruncated, iter_members
 from primus_energon.datasets.validate import ValidationError, validate_dataset, validate_path
-from synthetic import FAULT_KINDS, Manifest, Schema, TensorSpec, TextSpec, generate_dataset
+from primus_energon.synthetic import FAULT_KINDS, Manifest, Schema, TensorSpec, TextSpec, generate_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)}

@@ -20,7 +20,7 @@ from primus_energon.datasets.info import dataset_info
 from primus_energon.datasets.metadataset import resolve_metadataset, validate_metadataset
 from primus_energon.datasets.preview import preview_dataset
 from primus_energon.datasets.validate import validate_dataset
-from synthetic import write_metadataset
+from primus_energon.synthetic import write_metadataset
 from tests.test_dataset_tools import PRE, RAW, dataset
 
 REPO = Path(__file__).resolve().parents[1]

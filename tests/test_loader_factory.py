@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from primus_energon import EncodedDiffusionTaskEncoder, MegatronDataloaderWrapper, get_loader, resolve_rank
-from synthetic import write_metadataset
+from primus_energon.synthetic import write_metadataset
 from tests.helpers import read_members
 
 REPO = Path(__file__).parents[1]

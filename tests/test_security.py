@@ -27,7 +27,7 @@ from primus_energon import (
     cook_preencoded_diffusion_zero_copy,
     get_loader,
 )
-from synthetic import generate_dataset, write_metadataset
+from primus_energon.synthetic import generate_dataset, write_metadataset
 from tests.helpers import SMALL_SHAPES, crude_samples
 
 # Every switch that could turn unsafe unpickling back on; the tests run with all of them set.

@@ -1,12 +1,12 @@
-"""The CLI, run as real subprocesses: ``python -m synthetic`` and the ``primus-synth`` console script."""
+"""The CLI, run as real subprocesses: ``python -m primus_energon.synthetic`` and the ``primus-synth`` console script."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from synthetic import FAULT_KINDS, Manifest, generate_dataset
-from synthetic.cli import build_parser
+from primus_energon.synthetic import FAULT_KINDS, Manifest, generate_dataset
+from primus_energon.synthetic.cli import build_parser
 
 try:
     from . import synthetic_helpers as h

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from synthetic import Manifest, SyntheticError, generate_dataset
+from primus_energon.synthetic import Manifest, SyntheticError, generate_dataset
 
 try:
     from . import synthetic_helpers as h
@@ -105,7 +105,7 @@ def test_torchrun_ranks_write_the_single_process_dataset(tmp_path):
     }
     cmd = [
         str(torchrun), "--nnodes=1", "--nproc-per-node=2", f"--master-port={_free_port()}", "--master-addr=127.0.0.1",
-        "-m", "synthetic", "generate", str(tmp_path / "ranks"), *CLI_ARGS, "--workers", "1",
+        "-m", "primus_energon.synthetic", "generate", str(tmp_path / "ranks"), *CLI_ARGS, "--workers", "1",
     ]  # fmt: skip
     import subprocess
 

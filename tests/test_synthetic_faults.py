@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from synthetic import FAULT_KINDS, FaultRecord, Manifest, SyntheticError, generate_dataset
-from synthetic.tar import EMPTY_TAR
+from primus_energon.synthetic import FAULT_KINDS, FaultRecord, Manifest, SyntheticError, generate_dataset
+from primus_energon.synthetic.tar import EMPTY_TAR
 
 try:
     from . import synthetic_helpers as h

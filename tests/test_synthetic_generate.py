@@ -11,7 +11,7 @@ import torch
 import yaml
 from PIL import Image
 
-from synthetic import Manifest, SyntheticError, builtin_schema, generate_dataset
+from primus_energon.synthetic import Manifest, SyntheticError, builtin_schema, generate_dataset
 
 try:
     from . import synthetic_helpers as h

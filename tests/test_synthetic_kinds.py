@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.data import read_crude
 from primus_energon import safe_loads
+from primus_energon.conformance.data import read_crude
 from primus_energon.datasets import validate_path
-from synthetic import SyntheticError, generate_dataset, load_schema
-from synthetic.payloads import PayloadFactory
-from synthetic.schema import BytesSpec, JsonSpec, NpySpec, PickleSpec, Schema, TensorSpec
+from primus_energon.synthetic import SyntheticError, generate_dataset, load_schema
+from primus_energon.synthetic.payloads import PayloadFactory
+from primus_energon.synthetic.schema import BytesSpec, JsonSpec, NpySpec, PickleSpec, Schema, TensorSpec
 
 EXAMPLES = Path(__file__).parents[1] / "synthetic" / "examples"
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from synthetic import SyntheticError, write_metadataset
+from primus_energon.synthetic import SyntheticError, write_metadataset
 
 try:
     from . import synthetic_helpers as h

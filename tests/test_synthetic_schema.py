@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthetic import (
+from primus_energon.synthetic import (
     ImageSpec,
     Schema,
     SyntheticError,
@@ -20,7 +20,7 @@ from synthetic import (
     generate_dataset,
     load_schema,
 )
-from synthetic.preparation import assign_splits
+from primus_energon.synthetic.preparation import assign_splits
 
 try:
     from . import synthetic_helpers as h

@@ -20,7 +20,7 @@ from primus_energon import (
     get_loader,
 )
 from primus_energon.energon_compat import ENERGON_VERSION
-from synthetic import generate_dataset, write_metadataset
+from primus_energon.synthetic import generate_dataset, write_metadataset
 from tests.helpers import (
     SMALL_SHAPES,
     assert_tensor_identical,

@@ -1,9 +1,9 @@
 """The conformance properties, one module each, in report order.
 
-Every property module declares ``CLAIMS`` (its named claims, see :mod:`conformance.claims`) and has
+Every property module declares ``CLAIMS`` (its named claims, see :mod:`primus_energon.conformance.claims`) and has
 ``check(ctx: CheckContext, claims: ClaimRecorder) -> dict`` that runs each claim inside
 ``with claims.claim(name):`` and returns details for the report. Raising
-:class:`~conformance.results.PropertySkipped` outside a claim skips what has not run.
+:class:`~primus_energon.conformance.results.PropertySkipped` outside a claim skips what has not run.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def get_field(output: Any, name: str) -> Any:
 
 def decode_like_target(ctx: Any, sample: dict) -> dict:
     """``sample`` (member bytes) as the target's cookers receive it: through the target's own decoder,
-    if it has one. A decoder error on benign data is the target's (:class:`~conformance.execution.TargetError`)."""
+    if it has one. A decoder error on benign data is the target's (:class:`~primus_energon.conformance.execution.TargetError`)."""
     decoder = ctx.cached("decoder", ctx.target.decoder)
     if decoder is None:
         return dict(sample)

@@ -2,7 +2,7 @@
 
 ``code_execution`` (always runs, even when the target cannot cook clean data): loading a shard whose
 members run code when unpickled, through the target as it is, in a fresh process, in the environment as
-it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`conformance.probe`).
+it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`primus_energon.conformance.probe`).
 
 The other claims: a faulty sample (a required member missing, truncated or garbage bytes, a tensor member
 that holds a dict instead, a caption that is not UTF-8) goes through the target's pipeline as in
@@ -25,7 +25,7 @@ from typing import Any
 
 from megatron.energon import SkipSample
 
-from synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
+from primus_energon.synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
@@ -140,7 +140,7 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
             yield "Inf values", "bytes", _non_finite(bytes(value), float("inf"))
     if isinstance(spec, PickleSpec) and spec.structure == "dict":
         from primus_energon.safepickle import safe_loads
-        from synthetic.payloads import pickle_bytes
+        from primus_energon.synthetic.payloads import pickle_bytes
 
         structure = safe_loads(bytes(value))
         for leaf in spec.leaves:
@@ -385,7 +385,7 @@ def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
 
 
 def _run_probe(ctx: CheckContext, datasets: list[str], markers: Path, out: Path) -> dict[str, Any]:
-    """The probe runs (:func:`conformance.probe.probe_all`) in one fresh process, or in this one when the
+    """The probe runs (:func:`primus_energon.conformance.probe.probe_all`) in one fresh process, or in this one when the
     target cannot be rebuilt in another; ``{"incomplete": why}`` joins what finished when it did not."""
     try:
         args = child_target_args(ctx.target)

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from megatron.energon import TaskEncoder
 
 from primus_energon.energon_compat import energon_key
-from synthetic import TensorSpec
-from synthetic.manifest import Manifest
+from primus_energon.synthetic import TensorSpec
+from primus_energon.synthetic.manifest import Manifest
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext

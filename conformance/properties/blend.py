@@ -47,7 +47,7 @@ import yaml
 from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, WorkerConfig, stateless
 from megatron.energon.task_encoder.base import get_stateless
 
-from synthetic import Schema
+from primus_energon.synthetic import Schema
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext

@@ -2,7 +2,7 @@
 the same seed deliver identical batches (keys and the bytes of every tensor and field), and another seed
 changes the order; for 0, 1 and 2 workers.
 
-Two children (``python -m conformance.runner determinism``) run concurrently: seed S with
+Two children (``python -m primus_energon.conformance.runner determinism``) run concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
 spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
 depends on ``num_workers``, so batches are compared per worker count, never across.

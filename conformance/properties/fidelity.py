@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthetic.schema import FLOAT_DTYPES, JsonSpec, PickleSpec, TensorSpec, TextSpec
+from primus_energon.synthetic.schema import FLOAT_DTYPES, JsonSpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext

@@ -6,7 +6,7 @@ the suite with ``torch.distributed.run``, gives each rank a disjoint part that t
 In-process, each rank gets its own loader (``rank=r, world_size=ws``, train mode, ``repeat=False``) over a
 dataset of 46 samples with batch size 3, so no world size divides it evenly. Keys come from the batches
 (``__key__``) when the target's batches expose them, else from the cookers (recorded after each cook
-returned, :func:`~conformance.runner.record_cooked`; with ``repeat=False`` the whole epoch is consumed, so
+returned, :func:`~primus_energon.conformance.runner.record_cooked`; with ``repeat=False`` the whole epoch is consumed, so
 what was cooked is what was delivered, samples dropped after cooking aside).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from primus_energon.energon_compat import energon_key
-from synthetic.manifest import Manifest
+from primus_energon.synthetic.manifest import Manifest
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext

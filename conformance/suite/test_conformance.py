@@ -1,5 +1,5 @@
 """The conformance suite as pytest collects it: one test per (target, property), each running every claim
-of its property (see conformance.plugin)."""
+of its property (see primus_energon.conformance.plugin)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from conformance.api import make_context, run_property
-from conformance.plugin import claim_expectations, option_dest
-from conformance.properties import Property, get_property, properties_for
-from conformance.target import resolve_target
+from primus_energon.conformance.api import make_context, run_property
+from primus_energon.conformance.plugin import claim_expectations, option_dest
+from primus_energon.conformance.properties import Property, get_property, properties_for
+from primus_energon.conformance.target import resolve_target
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -16,7 +16,9 @@ Modules: `validate` (orchestration), `scan` (one shard), `tarscan` (strict tar r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 __all__ = [
     "CODES",
@@ -70,11 +72,4 @@ if TYPE_CHECKING:
     from .validate import ValidationError, validate_dataset, validate_path
 
 
-def __getattr__(name: str) -> Any:
-    # Submodules load on first use, so `primus_energon.datasets.cli --help` stays quick.
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'primus_energon.datasets' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -1,4 +1,4 @@
-"""``primus-energon demo``: an end-to-end run of the reference data path on generated data.
+"""An end-to-end run of the reference data path on generated data: ``python examples/demo.py`` (``make demo``).
 
 It generates a small preencoded dataset, a raw one and a blend of both, then checks, printing one
 line per check: batches stack with the right shapes; two epochs cover every sample; a loader restored
@@ -10,18 +10,25 @@ payload never runs. Exit status 0 when every check passes, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from .errors import PayloadDecodeError
-from .loader import get_loader
-from .task_encoders import EncodedDiffusionTaskEncoder, MultiFormatTaskEncoder, RawDiffusionTaskEncoder
+from primus_energon import (
+    EncodedDiffusionTaskEncoder,
+    MultiFormatTaskEncoder,
+    PayloadDecodeError,
+    RawDiffusionTaskEncoder,
+    get_loader,
+)
+from primus_energon.synthetic import generate_dataset, write_metadataset
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "main"]
 
 SHAPES = {"latents": (16, 32, 32), "prompt_embeds": (77, 256), "pooled_prompt_embeds": (768,)}
 
@@ -52,9 +59,7 @@ def _fingerprint(batch: dict) -> tuple:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the process exit status."""
     if args.samples < 2 * args.batch_size:
-        raise SystemExit(
-            f"primus-energon demo: --samples must be at least 2 x --batch-size ({2 * args.batch_size})"
-        )
+        raise SystemExit(f"demo: --samples must be at least 2 x --batch-size ({2 * args.batch_size})")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         return _run(args, args.out)
@@ -63,8 +68,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, root: Path) -> int:
-    from synthetic import generate_dataset, write_metadataset  # generator only needed by the demo
-
     results: list[tuple[str, bool, str]] = []
 
     def check(name: str, body: Callable[[], tuple[bool, str]]) -> None:
@@ -207,3 +210,19 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     failed = [name for name, ok, _ in results if not ok]
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python examples/demo.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    # Energon always asks torch for pinned memory; without an accelerator torch warns once per loader.
+    warnings.filterwarnings("ignore", message=".*pin_memory.*no accelerator", category=UserWarning)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The wheel, built from this checkout: what `pip install primus-energon` puts into site-packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+#: source folder -> its installed import name
+MAPPED = {
+    "primus_energon": "primus_energon",
+    "conformance": "primus_energon/conformance",
+    "synthetic": "primus_energon/synthetic",
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("primus_energon-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def test_only_the_project_namespace_is_installed(wheel: zipfile.ZipFile) -> None:
+    """No generic top-level package (``conformance``, ``synthetic``) that a user's own could collide with."""
+    top = {name.split("/")[0] for name in wheel.namelist()}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"primus_energon"}
+
+
+def test_every_source_module_is_installed_under_its_mapped_name(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    expected = {
+        f"{installed}/{path.relative_to(REPO / folder).as_posix()}"
+        for folder, installed in MAPPED.items()
+        for path in (REPO / folder).rglob("*.py")
+    }
+    assert expected - names == set()
+    schemas = {
+        f"primus_energon/synthetic/examples/{p.name}"
+        for p in (REPO / "synthetic" / "examples").glob("*.yaml")
+    }
+    assert schemas and schemas <= names
+
+
+def test_entry_points_name_installed_modules(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "primus_energon_conformance = primus_energon.conformance.plugin" in text
+    assert "primus-synth = primus_energon.synthetic.cli:main" in text
+    assert "primus-energon = primus_energon.__main__:main" in text
