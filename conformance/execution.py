@@ -1,12 +1,10 @@
-"""Running a target the way Energon does: cooking inside an active worker context, building real
-loaders, and recording which cooker saw which sample (in any process) through a file sink."""
+"""Running a target the way Energon does: cooking and encoding inside an active worker context, and
+building real loaders (recording what the target saw is :mod:`primus_energon.conformance.recording`)."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,9 +16,7 @@ from megatron.energon import (
     TaskEncoder,
     WorkerConfig,
     get_savable_loader,
-    stateless,
 )
-from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.energon_compat import (
     get_train_dataset,
@@ -42,8 +38,6 @@ __all__ = [
     "encode",
     "build_loader",
     "closing",
-    "instrument",
-    "read_records",
     "matching_cooker",
 ]
 
@@ -258,45 +252,3 @@ def closing(loader: SavableDataLoader) -> Iterator[SavableDataLoader]:
         shutdown = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
-
-
-def _recording(cook_fn: Any, index: int, sink: str) -> Any:
-    @functools.wraps(cook_fn)
-    def record(sample: dict, **aux: Any) -> Any:
-        sources = sample.get("__sources__") or ()
-        config = WorkerConfig.active_worker_config
-        line = {
-            "cooker": index,
-            "key": sample.get("__key__"),
-            "subflavors": sample.get("__subflavors__"),
-            "dataset": str(sources[0].dataset_path) if sources else None,
-            "rank": config.rank if config is not None else None,
-            "pid": os.getpid(),
-        }
-        with open(sink, "a", encoding="utf-8") as out:
-            out.write(json.dumps(line, default=str) + "\n")
-        return cook_fn(sample, **aux)
-
-    # functools.wraps copies the __stateless__ marker; set it from the original to be exact.
-    return stateless(record) if get_stateless(cook_fn) else record
-
-
-def instrument(task_encoder: TaskEncoder, sink: str | os.PathLike) -> TaskEncoder:
-    """Make every cooker of ``task_encoder`` append ``{cooker, key, subflavors, dataset, rank}`` to ``sink``
-    (one JSON line per cooked sample, from any worker process). Returns the same TaskEncoder."""
-    cookers = list(getattr(task_encoder, "cookers", None) or [])
-    task_encoder.cookers = [
-        Cooker(_recording(c.cook, i, str(sink)), has_subflavors=c.has_subflavors)
-        for i, c in enumerate(cookers)
-    ]
-    return task_encoder
-
-
-def read_records(sink: str | os.PathLike) -> list[dict[str, Any]]:
-    """The complete records an instrumented TaskEncoder wrote, in file order (a last line still being
-    written by a worker, without its newline, is left out)."""
-    path = Path(sink)
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return [json.loads(line) for line in lines[:-1] if line]

@@ -17,6 +17,7 @@ that variable at each ``torch.load`` call, so one process serves both runs, one 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -265,3 +266,16 @@ def probe_all(target: Any, datasets: list[str], markers: Path, out: Path | None 
             if out is not None:
                 out.write_text(json.dumps(results), encoding="utf-8")
     return results
+
+
+# --- the child half: python -m primus_energon.conformance.runner probe --------------------------------------
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--markers", required=True, help="directory the hostile payloads write into")
+    parser.add_argument("--out", required=True)
+
+
+def run_child(target: Any, options: argparse.Namespace) -> None:
+    """:func:`probe_all` over every ``--dataset``; writes ``{dataset index: {environment: outcome}}``."""
+    probe_all(target, options.dataset, Path(options.markers), Path(options.out))

@@ -168,7 +168,10 @@ def test_check_subflavors_reports_what_differs() -> None:
     assert blend._check_subflavors(records[:1], prefixes, []) == 1
 
 
-def test_metadataset_leaves(tmp_path: Path) -> None:
+def test_metadataset_leaves_and_duplicates(tmp_path: Path) -> None:
+    """The resolver blend/duplicates shares with `primus-energon validate`: nested files, subsets, split parts."""
+    from primus_energon.datasets.metadataset import duplicate_leaves, resolve_metadataset
+
     a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
     inner = write_metadataset(tmp_path / "sub" / "inner.yaml", [(b, 1.0)], legacy=True)
     doc = {
@@ -180,24 +183,37 @@ def test_metadataset_leaves(tmp_path: Path) -> None:
                     {"weight": 1, "path": "a", "subset": {"range": ["0%", "50%"]}},
                     {"weight": 1, "path": "./a", "subset": {"range": ["50%", "100%"]}},
                     {"weight": 1, "path": "sub/inner.yaml"},
-                    {"weight": 1, "blend_epochized": [{"repetitions": 2, "path": "b", "split_part": "val"}]},
+                    {"weight": 1, "path": "b", "split_part": "val"},
                 ]
             },
             "val": {"path": "a"},
         },
     }
     (tmp_path / "mds.yaml").write_text(yaml.safe_dump(doc))
-    leaves = blend.metadataset_leaves(tmp_path / "mds.yaml")
+    _, resolved, problems = resolve_metadataset(tmp_path / "mds.yaml")
+    assert problems == []
+    leaves = [leaf for leaf in resolved if leaf.split == "train"]
     assert [(Path(leaf.path).name, leaf.split_part) for leaf in leaves] == [
         ("a", "train"),
         ("a", "train"),
         ("b", "train"),
         ("b", "val"),
     ]
+    assert leaves[0].where.endswith("mds.yaml: splits.train.blend[0]") and leaves[0].subset
     assert leaves[2].where.endswith("inner.yaml: splits.train.datasets[0]")
+    assert leaves[3].where.endswith("mds.yaml: splits.train.blend[3]")
     # Disjoint subsets of one dataset, or different split parts, are not duplicates.
-    assert blend.duplicate_leaves(leaves) == []
-    assert [Path(leaf.path).name for leaf in blend.metadataset_leaves(tmp_path / "mds.yaml", "val")] == ["a"]
+    assert duplicate_leaves(leaves) == []
+    assert [Path(leaf.path).name for leaf in resolved if leaf.split == "val"] == ["a"]
+    # The same subset twice is.
+    doc["splits"]["train"]["blend"][1]["subset"] = doc["splits"]["train"]["blend"][0]["subset"]
+    (tmp_path / "mds.yaml").write_text(yaml.safe_dump(doc))
+    _, resolved, problems = resolve_metadataset(tmp_path / "mds.yaml")
+    (pair,) = duplicate_leaves(resolved)
+    assert pair[1].where.endswith("mds.yaml: splits.train.blend[1]")
+    assert [p.code for p in problems] == [
+        "duplicate-leaf"
+    ] and "splits.train.blend[0] and again at" in problems[0].message
     assert str(inner).endswith("inner.yaml") and a.is_dir()
 
 
@@ -218,10 +234,8 @@ def test_instrumenting_an_instance_target_leaves_it_alone(tmp_path: Path) -> Non
 def test_a_record_still_being_written_is_not_read(tmp_path: Path) -> None:
     """Workers append records while the suite reads them: a last line without its newline is left for
     the next read instead of failing the check with a JSON error."""
-    from primus_energon.conformance.execution import read_records
-    from primus_energon.conformance.properties.blend import _records
+    from primus_energon.conformance.recording import read_records
 
     sink = tmp_path / "records.jsonl"
     sink.write_text('{"stage": "cook", "key": "a"}\n{"stage": "batch", "ke')
-    assert _records(sink) == [{"stage": "cook", "key": "a"}]
     assert read_records(sink) == [{"stage": "cook", "key": "a"}]

@@ -12,8 +12,10 @@ from megatron.energon import Cooker, stateless
 
 from primus_energon import cook_preencoded_diffusion
 from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.properties._common import batch_keys
+from primus_energon.conformance.properties.determinism import parse_fingerprint
+from primus_energon.conformance.recording import cook_order
 from primus_energon.conformance.results import PropertyResult
-from primus_energon.conformance.runner import batch_keys, cook_order, parse_fingerprint
 
 ZOO = "tests.conformance_zoo.determinism_broken"
 

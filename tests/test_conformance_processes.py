@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_task_encoder
-from primus_energon.conformance.runner import (
+from primus_energon.conformance.subprocesses import (
     CHILD_TAG_VARIABLE,
     child_env,
     runner_command,

@@ -17,7 +17,7 @@ from primus_energon.conformance import check_cooker, check_task_encoder
 from primus_energon.conformance.api import make_context
 from primus_energon.conformance.properties.sharding import _verify
 from primus_energon.conformance.results import PropertyFailure, PropertyResult
-from primus_energon.conformance.runner import child_env, finish, start
+from primus_energon.conformance.subprocesses import child_env, finish, start
 from primus_energon.conformance.target import resolve_target
 
 ZOO = "tests.conformance_zoo.sharding_broken"

@@ -15,6 +15,7 @@ __all__ = [
     "MISSING",
     "field_names",
     "get_field",
+    "batch_keys",
     "call_with_timeout",
     "TimedOut",
     "error_names_sample",
@@ -36,6 +37,18 @@ def get_field(output: Any, name: str) -> Any:
     if isinstance(output, Mapping):
         return output.get(name, MISSING)
     return getattr(output, name, MISSING)
+
+
+def batch_keys(batch: Any) -> list[str] | None:
+    """The sample keys a batch exposes, in batch order: its ``__key__`` list (a dict, dataclass or Energon
+    ``Batch``), or the ``__key__`` of each sample of a list batch. None when the batch does not say."""
+    if isinstance(batch, (list, tuple)):
+        keys = [get_field(sample, "__key__") for sample in batch]
+        return keys if keys and all(isinstance(k, str) for k in keys) else None
+    keys = get_field(batch, "__key__")
+    if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
+        return list(keys)
+    return None
 
 
 def decode_like_target(ctx: Any, sample: dict) -> dict:

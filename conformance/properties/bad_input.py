@@ -33,7 +33,7 @@ from ..execution import TargetError, cook, encode, worker_context
 from ..oracle import holds, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
-from ..runner import child_env, child_target_args, finish, runner_command, start, stop
+from ..subprocesses import child_env, child_target_args, finish, runner_command, start, stop
 from ._common import TimedOut, call_with_timeout, decode_like_target, error_names_sample
 
 CLAIMS = claims_of(

@@ -30,33 +30,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
-import json
 import math
-import os
 import random
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, WorkerConfig, stateless
-from megatron.energon.task_encoder.base import get_stateless
+from megatron.energon import DefaultTaskEncoder, TaskEncoder
 
+from primus_energon.datasets.metadataset import Leaf, duplicate_leaves, resolve_metadataset
 from primus_energon.synthetic import Schema
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import infer_schema
 from ..execution import build_loader, closing, target_call
+from ..recording import instrument, read_records
 from ..stats import chi_square_test, cohen_w, required_n
 from ._common import MISSING, fail, get_field
 
-__all__ = ["check", "CLAIMS", "metadataset_leaves", "duplicate_leaves", "Leaf", "ALPHA", "POWER", "EFFECT"]
+__all__ = ["check", "CLAIMS", "ALPHA", "POWER", "EFFECT"]
 
 CLAIMS = claims_of(
     "blend",
@@ -97,11 +93,6 @@ SAMPLES_PER_DATASET = 16
 # --- recording ---------------------------------------------------------------------------------------
 
 
-def _where() -> dict[str, Any]:
-    config = WorkerConfig.active_worker_config
-    return {"rank": config.rank if config is not None else None, "pid": os.getpid()}
-
-
 def _entry_of(subflavors: Any) -> Any:
     """The ``blend_entry`` subflavor: an int, or "missing" (no ``__subflavors__``), "absent" (no such key)."""
     if subflavors is MISSING or subflavors is None:
@@ -111,71 +102,35 @@ def _entry_of(subflavors: Any) -> Any:
     return subflavors.get(SUBFLAVOR, "absent")
 
 
-def _recording_cooker(cook_fn: Any, pending: list[dict[str, Any]]) -> Any:
-    @functools.wraps(cook_fn)
-    def record(sample: dict, **aux: Any) -> Any:
-        output = cook_fn(sample, **aux)  # a skipped or failed sample is not recorded
-        subflavors = get_field(output, "__subflavors__")
-        pending.append(
-            {
-                "stage": "cook",
-                "key": sample.get("__key__"),
-                "in": _entry_of(sample.get("__subflavors__")),
-                "out": _entry_of(subflavors),
-                "out_subflavors": repr(subflavors)[:200],
-                **_where(),
-            }
-        )
-        return output
-
-    return stateless(record) if get_stateless(cook_fn) else record
+def _describe_cooked(sample: dict, output: Any) -> dict[str, Any]:
+    subflavors = get_field(output, "__subflavors__")
+    return {
+        "in": _entry_of(sample.get("__subflavors__")),
+        "out": _entry_of(subflavors),
+        "out_subflavors": repr(subflavors)[:200],
+    }
 
 
-def _recording_batch(batch_fn: Any, sink: str, pending: list[dict[str, Any]], ship: bool) -> Any:
-    @functools.wraps(batch_fn)
-    def batch(samples: list[Any]) -> Any:
-        result = batch_fn(samples)  # a skipped batch is not recorded
-        keys = [get_field(s, "__key__") for s in samples]
-        lines = [
-            *pending,
-            {
-                "stage": "batch",
-                "keys": [k if isinstance(k, str) else None for k in keys],
-                "entries": [_entry_of(get_field(s, "__subflavors__")) for s in samples],
-                **_where(),
-            },
-        ]
-        pending.clear()
-        # One write(2) with O_APPEND: records of several worker processes never interleave mid-line
-        # (a buffered file object splits a long write into several).
-        data = "".join(json.dumps(line, default=str) + "\n" for line in lines).encode("utf-8")
-        fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        return result if ship else len(samples)
-
-    return stateless(batch) if get_stateless(batch_fn) else batch
+def _describe_batch(samples: list[Any]) -> dict[str, Any]:
+    return {"entries": [_entry_of(get_field(s, "__subflavors__")) for s in samples]}
 
 
 def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskEncoder:
-    """A fresh TaskEncoder of the target (an instance target is copied) whose cookers and ``batch()``
-    append records to ``sink``; cook records are buffered in the worker and written with the next batch.
-    Unless ``ship`` or the TaskEncoder has an ``encode_batch``, ``batch()`` still runs but hands the
-    loader only the sample count, so batches are not shipped from the workers (counts come from records)."""
+    """A fresh TaskEncoder of the target (an instance target is copied) that records what it cooked and
+    batched into ``sink`` (:func:`~primus_energon.conformance.recording.instrument`). Unless ``ship`` or the
+    TaskEncoder post-processes batches, batches are not shipped from the workers (counts come from records)."""
     task_encoder = ctx.target.make_task_encoder()
     if task_encoder is ctx.target.obj:  # a TaskEncoder instance target: instrument a copy, not the user's
         task_encoder = copy.copy(task_encoder)
-    pending: list[dict[str, Any]] = []
-    task_encoder.cookers = [
-        Cooker(_recording_cooker(c.cook, pending), has_subflavors=c.has_subflavors)
-        for c in task_encoder.cookers
-    ]
-    ship = ship or _converts_batches(task_encoder)
-    wrapped = _recording_batch(task_encoder.batch, str(sink), pending, ship)
-    task_encoder.batch = wrapped  # type: ignore[method-assign]
-    return task_encoder
+    return instrument(
+        task_encoder,
+        sink,
+        cooked_only=True,
+        describe_cooked=_describe_cooked,
+        batches=True,
+        describe_batch=_describe_batch,
+        ship_batches=ship or _converts_batches(task_encoder),
+    )
 
 
 def _converts_batches(task_encoder: TaskEncoder) -> bool:
@@ -190,118 +145,28 @@ def _converts_batches(task_encoder: TaskEncoder) -> bool:
     return batch_type is not None and batch_type != getattr(task_encoder, "_raw_batch_type", None)
 
 
-def _records(sink: Path) -> list[dict[str, Any]]:
-    """The complete records in ``sink``: workers go on appending while it is read (they prefetch), so a
-    last line without its newline is still being written and is left for the next read."""
-    if not sink.exists():
-        return []
-    lines = sink.read_text(encoding="utf-8").split("\n")
-    return [json.loads(line) for line in lines[:-1] if line]
-
-
 # --- duplicate leaves in a user's metadataset ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Leaf:
-    """A dataset a metadataset blends: its resolved path, split part and subset, and where it is listed."""
-
-    path: str
-    split_part: str
-    subset: str | None
-    where: str
-
-    @property
-    def identity(self) -> tuple[str, str, str | None]:
-        return (self.path, self.split_part, self.subset)
-
-
-def _resolve(path: str, base: Path) -> str:
-    if "://" in path:
-        return path
-    return os.path.realpath(base / path)
-
-
-def metadataset_leaves(yaml_path: str | os.PathLike, split: str = "train") -> list[Leaf]:
-    """The datasets the ``split`` blend of a metadataset reads, nested metadatasets expanded.
-
-    Understands MetadatasetV2 (``splits: {split: {blend: [...]}}``, ``blend_epochized``, a single
-    ``path`` reference, ``join`` whose members count as one leaf) and the legacy form
-    (``splits: {split: {datasets: [...]}}``). Relative paths resolve against each YAML's directory; a
-    leaf's split part defaults to the split being read (an entry's ``split_part`` overrides it, also for
-    a nested metadataset).
-    """
-    leaves: list[Leaf] = []
-    _walk_yaml(Path(yaml_path), split, leaves, ())
-    return leaves
-
-
-def _walk_yaml(yaml_path: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...]) -> None:
-    real = os.path.realpath(yaml_path)
-    if real in stack:
-        raise ValueError(f"metadataset {str(yaml_path)!r} includes itself ({' > '.join(stack)})")
-    doc = yaml.safe_load(Path(real).read_text(encoding="utf-8")) or {}
-    splits = doc.get("splits") if isinstance(doc, Mapping) else None
-    if not isinstance(splits, Mapping):
-        raise ValueError(f"metadataset {str(yaml_path)!r} has no `splits:` mapping")
-    node = splits.get(split)
-    if node is not None:
-        _walk_node(node, Path(real).parent, split, leaves, (*stack, real), f"{yaml_path}: splits.{split}")
-
-
-def _walk_node(
-    node: Any, base: Path, split: str, leaves: list[Leaf], stack: tuple[str, ...], where: str
-) -> None:
-    if isinstance(node, list):
-        for index, item in enumerate(node):
-            _walk_node(item, base, split, leaves, stack, f"{where}[{index}]")
-        return
-    if not isinstance(node, Mapping):
-        return
-    for group in ("blend", "blend_epochized", "datasets"):
-        if group in node:
-            _walk_node(node[group], base, split, leaves, stack, f"{where}.{group}")
-            return
-    split_part = str(node.get("split_part") or split)
-    if "join" in node:
-        join = node["join"]
-        members = join.values() if isinstance(join, Mapping) else join if isinstance(join, list) else []
-        paths = sorted(
-            _resolve(str(m["path"]), base) if isinstance(m, Mapping) and "path" in m else repr(m)
-            for m in members
+def _check_user_metadataset(claims: ClaimRecorder, yaml_path: str, split: str = "train") -> list[Leaf]:
+    """The ``split`` leaves of the user's metadataset (resolved as ``primus-energon validate`` resolves
+    them); blend/duplicates fails for a dataset split and subset listed twice. A metadataset that does not
+    resolve is refused with the resolver's problems."""
+    _, leaves, problems = resolve_metadataset(yaml_path)
+    unreadable = [p for p in problems if p.code in ("bad-metadataset", "missing-path")]
+    if unreadable:
+        raise ValueError(
+            f"metadataset {yaml_path!r} does not resolve: "
+            + "; ".join(p.message for p in unreadable[:3])
+            + (f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else "")
+            + f"; `primus-energon validate {yaml_path}` lists every problem"
         )
-        leaves.append(Leaf("join(" + ", ".join(paths) + ")", split_part, None, where))
-        return
-    if "path" not in node:
-        return
-    path = str(node["path"])
-    if path.endswith((".yaml", ".yml")) and "://" not in path:
-        _walk_yaml(base / path, split_part, leaves, stack)
-        return
-    subset = node.get("subset")
-    subset_id = None if subset is None else json.dumps(subset, sort_keys=True, default=str)
-    leaves.append(Leaf(_resolve(path, base), split_part, subset_id, where))
-
-
-def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
-    """Pairs (first listing, repeated listing) of leaves that read the same dataset, split part and subset."""
-    first: dict[tuple, Leaf] = {}
-    pairs = []
-    for leaf in leaves:
-        if leaf.identity in first:
-            pairs.append((first[leaf.identity], leaf))
-        else:
-            first[leaf.identity] = leaf
-    return pairs
-
-
-def _check_user_metadataset(claims: ClaimRecorder, yaml_path: str) -> list[Leaf]:
-    leaves = metadataset_leaves(yaml_path)
+    leaves = [leaf for leaf in leaves if leaf.split == split]
     with claims.claim("duplicates") as claim:
         claim.examined(len(leaves))
         for first, again in duplicate_leaves(leaves):
             claim.problem(
-                f"{first.path!r} is listed at {first.where} and again at {again.where} in {yaml_path!r}: "
+                f"{str(first.path)!r} is listed at {first.where} and again at {again.where} in {yaml_path!r}: "
                 "Energon 7.4.1 gives both entries the same worker seed, so they yield identical sample streams "
                 "and that dataset's samples arrive in pairs"
             )
@@ -326,7 +191,7 @@ def _data_source(ctx: CheckContext, claims: ClaimRecorder) -> tuple[list[str | N
     dataset = ctx.workspace.dataset
     if dataset and str(dataset).endswith((".yaml", ".yml")):
         leaves = _check_user_metadataset(claims, str(dataset))
-        first = next((leaf.path for leaf in leaves if Path(leaf.path).is_dir()), None)
+        first = next((leaf.path for leaf in leaves if leaf.path.is_dir()), None)
         if first is None:
             raise ValueError(
                 f"metadataset {dataset!r} names no local dataset directory to infer the format from"
@@ -414,7 +279,7 @@ def _run_blend(
     sinks = [ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl" for _ in range(WORLD_SIZE)]
     try:
         batches = _consume(ctx, mds, sinks, per_worker)
-        records = [_records(sink) for sink in sinks]
+        records = [read_records(sink) for sink in sinks]
     finally:
         for sink in sinks:
             sink.unlink(missing_ok=True)
@@ -481,7 +346,7 @@ def _run_blend(
 
 def _tally(sink: Path) -> dict[int, int]:
     out: dict[int, int] = defaultdict(int)
-    for record in _records(sink):
+    for record in read_records(sink):
         if record["stage"] == "batch":
             out[record["pid"]] += len(record["keys"])
     return out
@@ -542,7 +407,7 @@ def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | N
             iterator = iter(loader)
             for _ in range(12):
                 next(iterator)
-        records = [r for r in _records(sink) if r["stage"] == "cook"]
+        records = [r for r in read_records(sink) if r["stage"] == "cook"]
     finally:
         sink.unlink(missing_ok=True)
     streams: dict[Any, list[str]] = defaultdict(list)

@@ -2,7 +2,8 @@
 the same seed deliver identical batches (keys and the bytes of every tensor and field), and another seed
 changes the order; for 0, 1 and 2 workers.
 
-Two children (``python -m primus_energon.conformance.runner determinism``) run concurrently: seed S with
+Two children (``python -m primus_energon.conformance.runner determinism``, :func:`run_child` below) run
+concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
 spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
 depends on ``num_workers``, so batches are compared per worker count, never across.
@@ -10,7 +11,10 @@ depends on ``num_workers``, so batches are compared per worker count, never acro
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -20,16 +24,9 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..fingerprint import first_difference
 from ..results import PropertySkipped
-from ..runner import (
-    Child,
-    child_env,
-    child_target_args,
-    finish,
-    parse_fingerprint,
-    runner_command,
-    start,
-    stop,
-)
+from ..subprocesses import Child, child_env, child_target_args, finish, runner_command, start, stop
+from ..target import Target
+from ._common import batch_keys
 
 CLAIMS = claims_of(
     "determinism",
@@ -193,3 +190,73 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         "batch_size": BATCH_SIZE,
         "child_seconds": seconds,
     }
+
+
+# --- the child half: python -m primus_energon.conformance.runner determinism ---------------------------------
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, action="append", required=True, help="loader seed (repeatable)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--workers", default="0,1,2", help="comma-separated num_workers values")
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--out", required=True)
+
+
+def run_child(target: Target, options: argparse.Namespace) -> None:
+    """Write ``{"pid", "hashseed", "results": {seed: {dataset: {num_workers: {"batches": [{"digest", "keys",
+    "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}`` to ``--out``."""
+    from ..execution import build_loader, closing
+    from ..fingerprint import digest, fingerprint
+    from ..recording import cook_order, instrument, read_records
+
+    workers = [int(w) for w in options.workers.split(",") if w != ""]
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as tmp:
+        for seed in options.seed:
+            per_seed: dict[str, dict[str, Any]] = {}
+            for d_index, dataset in enumerate(options.dataset):
+                per_dataset: dict[str, Any] = {}
+                for num_workers in workers:
+                    sink = Path(tmp) / f"cooked-{seed}-{d_index}-{num_workers}.jsonl"
+                    task_encoder = instrument(target.make_task_encoder(), sink, cooked_only=True)
+                    loader = build_loader(
+                        target,
+                        dataset,
+                        batch_size=options.batch_size,
+                        num_workers=num_workers,
+                        seed=seed,
+                        mode="train",
+                        task_encoder=task_encoder,
+                    )
+                    batches = []
+                    with closing(loader):
+                        for batch in loader:
+                            batches.append(
+                                {
+                                    "digest": digest(batch),
+                                    "keys": batch_keys(batch),
+                                    "fingerprint": repr(fingerprint(batch)),
+                                }
+                            )
+                            if len(batches) >= options.batches:
+                                break
+                    per_process = (len(batches) // max(num_workers, 1)) * options.batch_size
+                    per_dataset[str(num_workers)] = {
+                        "batches": batches,
+                        "cook_order": cook_order(read_records(sink), per_process),
+                    }
+                per_seed[str(dataset)] = per_dataset
+            results[str(seed)] = per_seed
+    record = {"pid": os.getpid(), "hashseed": os.environ.get("PYTHONHASHSEED")}
+    Path(options.out).write_text(json.dumps({**record, "results": results}), encoding="utf-8")
+
+
+def parse_fingerprint(text: str | None) -> Any:
+    """A fingerprint back from its ``repr`` (as :func:`run_child` writes it), or None."""
+    if text is None:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None

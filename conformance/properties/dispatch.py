@@ -27,7 +27,8 @@ from megatron.energon import Cooker, TaskEncoder
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import build_loader, closing, instrument, matching_cooker, read_records
+from ..execution import build_loader, closing, matching_cooker
+from ..recording import instrument, read_records
 from ..results import PropertySkipped
 
 __all__ = ["check", "shadowed_cookers", "describe_cooker"]

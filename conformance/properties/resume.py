@@ -30,7 +30,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
-from ._common import MISSING, fail, get_field
+from ._common import MISSING, batch_keys, fail, get_field
 
 __all__ = ["check", "CLAIMS", "BATCH_SIZE", "NUM_SAMPLES", "CONTINUATION"]
 
@@ -108,18 +108,6 @@ class _Reference:
     restore_keys: list[Any]
 
 
-def _batch_keys(batch: Any) -> list[str] | None:
-    """The ``__key__`` of every sample of a batch (dict, dataclass or list of samples), if it has them."""
-    keys = get_field(batch, "__key__") if not isinstance(batch, (list, tuple)) else MISSING
-    if isinstance(keys, (list, tuple)):
-        return [str(k) for k in keys]
-    if isinstance(batch, (list, tuple)):
-        found = [get_field(s, "__key__") for s in batch]
-        if found and all(isinstance(k, str) for k in found):
-            return [str(k) for k in found]
-    return None
-
-
 def _restore_key(batch: Any) -> Any:
     """The batch's ``__restore_key__`` (attribute or dict entry), or None when it cannot carry one."""
     if isinstance(batch, (list, tuple)):
@@ -153,7 +141,7 @@ def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int],
             with target_call(f"iterating the loader (num_workers={num_workers}, batch {step})"):
                 batch = next(iterator)
             batches.append(fingerprint(batch))
-            keys.append(_batch_keys(batch))
+            keys.append(batch_keys(batch))
             restore_keys.append(_restore_key(batch))
     return _Reference(num_workers, states, batches, keys, restore_keys)
 

@@ -6,12 +6,15 @@ the suite with ``torch.distributed.run``, gives each rank a disjoint part that t
 In-process, each rank gets its own loader (``rank=r, world_size=ws``, train mode, ``repeat=False``) over a
 dataset of 46 samples with batch size 3, so no world size divides it evenly. Keys come from the batches
 (``__key__``) when the target's batches expose them, else from the cookers (recorded after each cook
-returned, :func:`~primus_energon.conformance.runner.record_cooked`; with ``repeat=False`` the whole epoch is consumed, so
-what was cooked is what was delivered, samples dropped after cooking aside).
+returned, :func:`~primus_energon.conformance.recording.instrument`; with ``repeat=False`` the whole epoch is
+consumed, so what was cooked is what was delivered, samples dropped after cooking aside). The 2-rank run's
+ranks are children (``python -m primus_energon.conformance.runner shard``, :func:`run_child` below) that
+read their epoch the same way.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import tempfile
@@ -25,20 +28,12 @@ from primus_energon.synthetic.manifest import Manifest
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import read_crude
-from ..execution import build_loader, closing, read_records, target_call
+from ..execution import build_loader, closing, target_call
+from ..recording import instrument, read_records
 from ..results import PropertySkipped
-from ..runner import (
-    Child,
-    batch_keys,
-    child_env,
-    child_target_args,
-    finish,
-    record_cooked,
-    start,
-    stop,
-    torchrun_command,
-)
-from ._common import fail
+from ..subprocesses import Child, child_env, child_target_args, finish, start, stop, torchrun_command
+from ..target import Target
+from ._common import batch_keys, fail
 
 CLAIMS = claims_of(
     "sharding",
@@ -70,17 +65,27 @@ def _expected_keys(path: Path) -> list[str]:
         return [str(s["__key__"]) for s in read_crude(path)]
 
 
-def _rank_keys(
-    ctx: CheckContext, path: Path, sink: Path, *, rank: int, world_size: int, num_workers: int, limit: int
+def _epoch_keys(
+    target: Target,
+    path: Path | str,
+    sink: Path,
+    *,
+    seed: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int = BATCH_SIZE,
+    limit: int | None = None,
 ) -> tuple[list[str], str]:
-    """One epoch of rank ``rank``: its delivered keys and where they came from ("batch" or "cooker")."""
-    task_encoder = record_cooked(copy.copy(ctx.target.make_task_encoder()), sink)
+    """One epoch (``repeat=False``) of rank ``rank``: its delivered keys and where they came from ("batch"
+    when every batch exposes its keys, else "cooker"). More than ``limit`` batches fails the property."""
+    task_encoder = instrument(copy.copy(target.make_task_encoder()), sink, cooked_only=True)
     loader = build_loader(
-        ctx.target,
+        target,
         path,
-        batch_size=BATCH_SIZE,
+        batch_size=batch_size,
         num_workers=num_workers,
-        seed=ctx.seed,
+        seed=seed,
         mode="train",
         rank=rank,
         world_size=world_size,
@@ -94,15 +99,30 @@ def _rank_keys(
             batches += 1
             got = batch_keys(batch)
             delivered = None if got is None or delivered is None else delivered + got
-            if batches > limit:
+            if limit is not None and batches > limit:
                 fail(
                     f"world size {world_size}, rank {rank}, num_workers={num_workers}: one epoch with "
                     f"repeat=False did not end after {limit} batches (the dataset has {NUM_SAMPLES} samples, "
-                    f"batch size {BATCH_SIZE})"
+                    f"batch size {batch_size})"
                 )
     if delivered is None:
         return [str(r["key"]) for r in read_records(sink)], "cooker"
     return delivered, "batch"
+
+
+def _rank_keys(
+    ctx: CheckContext, path: Path, sink: Path, *, rank: int, world_size: int, num_workers: int, limit: int
+) -> tuple[list[str], str]:
+    return _epoch_keys(
+        ctx.target,
+        path,
+        sink,
+        seed=ctx.seed,
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        limit=limit,
+    )
 
 
 def _verify(
@@ -255,3 +275,43 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             if isinstance(child, Child):
                 stop(child)
     return details
+
+
+# --- the child half: one rank of python -m torch.distributed.run ... -m primus_energon.conformance.runner shard
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--out", required=True, help="directory for rank<r>.json")
+
+
+def run_child(target: Target, options: argparse.Namespace) -> None:
+    """Under ``torch.distributed`` (gloo): read one epoch per ``--dataset`` on this rank and write
+    ``rank<r>.json`` with ``{"rank", "world_size", "keys": {dataset: [...]}, "source": {dataset: "batch" |
+    "cooker"}}`` into ``--out``."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        out = Path(options.out)
+        keys: dict[str, list[str]] = {}
+        source: dict[str, str] = {}
+        for d_index, dataset in enumerate(options.dataset):
+            keys[str(dataset)], source[str(dataset)] = _epoch_keys(
+                target,
+                dataset,
+                out / f"cooked-rank{rank}-{d_index}.jsonl",
+                seed=options.seed,
+                rank=rank,
+                world_size=world_size,
+                num_workers=options.num_workers,
+                batch_size=options.batch_size,
+            )
+        record = {"rank": rank, "world_size": world_size, "keys": keys, "source": source}
+        (out / f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

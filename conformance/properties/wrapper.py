@@ -25,8 +25,8 @@ from typing import Any
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
-from ..runner import batch_keys, child_env, start, stop
-from ._common import fail
+from ..subprocesses import child_env, start, stop
+from ._common import batch_keys, fail
 
 CLAIMS = claims_of(
     "wrapper",

@@ -15,14 +15,15 @@ multiplied through nesting. Effective subflavors follow Energon: an entry's subf
 outer levels', and the result overrides the dataset's own ``dataset.yaml`` subflavors.
 
 Reported: unreadable structure (``bad-metadataset``), paths that are neither a prepared dataset nor a YAML
-(``missing-path``), non-positive weights (``bad-weight``), the same dataset split reached twice within a
-split (``duplicate-leaf``: an error with equal effective subflavors, since Energon then draws the same samples
+(``missing-path``), non-positive weights (``bad-weight``), the same dataset split and subset reached twice
+within a split (``duplicate-leaf``: an error with equal effective subflavors, since Energon then draws the same samples
 in the same order twice; a warning when the subflavors differ), and every leaf's own problems (tagged with the
 leaf path in ``dataset``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -36,7 +37,7 @@ from .metadata import META_DIR
 from .problems import Problem
 from .report import DatasetReport, LeafReport, MetadatasetReport
 
-__all__ = ["Leaf", "resolve_metadataset", "validate_metadataset"]
+__all__ = ["Leaf", "duplicate_leaves", "resolve_metadataset", "validate_metadataset"]
 
 _MAX_DEPTH = 16
 
@@ -53,6 +54,28 @@ class Leaf:
     subflavors: dict[str, Any]  # the metadataset's effective subflavors for this leaf
     repetitions: float | None = None
     via: list[str] = field(default_factory=list)  # the metadataset files passed through
+    #: the entry's ``subset`` (JSON, keys sorted), None for the whole split part
+    subset: str | None = None
+    #: where the entry is written: ``FILE: splits.SPLIT.blend[INDEX]`` (or ``.datasets[...]``, ``.join[...]``)
+    where: str = ""
+
+    @property
+    def identity(self) -> tuple[str, Path, str, str | None]:
+        """What a sample stream is made of: two leaves of one split with one identity draw the same samples."""
+        return (self.split, self.path.resolve(), self.split_part, self.subset)
+
+
+def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
+    """(first listing, repeated listing) for each leaf whose split reaches the same dataset, split part
+    and subset as an earlier one."""
+    first: dict[tuple, Leaf] = {}
+    pairs = []
+    for leaf in leaves:
+        if leaf.identity in first:
+            pairs.append((first[leaf.identity], leaf))
+        else:
+            first[leaf.identity] = leaf
+    return pairs
 
 
 class _Resolver:
@@ -142,6 +165,7 @@ class _Resolver:
         *,
         weight: float | None,
         repetitions: float | None = None,
+        location: str,
     ) -> None:
         if not isinstance(entry, dict) or "path" not in entry:
             self.problem("bad-metadataset", f"{where}: entry {entry!r} has no 'path'", where)
@@ -166,8 +190,20 @@ class _Resolver:
             what = "does not exist" if not path.exists() else "is not a prepared dataset (no .nv-meta/)"
             self.problem("missing-path", f"{where}: entry path {entry['path']!r} ({path}) {what}", where)
             return
+        subset = entry.get("subset")
         self.leaves.append(
-            Leaf(top_split, path, part, weight, share, effective, repetitions=repetitions, via=list(via))
+            Leaf(
+                top_split,
+                path,
+                part,
+                weight,
+                share,
+                effective,
+                repetitions=repetitions,
+                via=list(via),
+                subset=None if subset is None else json.dumps(subset, sort_keys=True, default=str),
+                where=location,
+            )
         )
 
     def blend(
@@ -189,7 +225,8 @@ class _Resolver:
         weight_key = "repetitions" if key == "blend_epochized" else "weight"
         weights = [self.weight_of(e, weight_key, where) if isinstance(e, dict) else None for e in items]
         total = sum(w for w in weights if w is not None)
-        for e, w in zip(items, weights, strict=True):
+        for index, (e, w) in enumerate(zip(items, weights, strict=True)):
+            location = f"{where}: splits.{split}.{key}[{index}]"
             if w is None and isinstance(e, dict) and "path" in e:
                 continue
             if isinstance(e, dict) and "join" in e and "path" not in e:
@@ -201,10 +238,22 @@ class _Resolver:
                     share * (w or 0) / total if total else None,
                     inherited,
                     via,
+                    location=f"{location}.join",
                 )
                 continue
             if key == "blend_epochized":
-                self.entry(e, where, split, top_split, None, inherited, via, weight=None, repetitions=w)
+                self.entry(
+                    e,
+                    where,
+                    split,
+                    top_split,
+                    None,
+                    inherited,
+                    via,
+                    weight=None,
+                    repetitions=w,
+                    location=location,
+                )
             else:
                 self.entry(
                     e,
@@ -215,6 +264,7 @@ class _Resolver:
                     inherited,
                     via,
                     weight=w,
+                    location=location,
                 )
 
     def join(
@@ -226,13 +276,27 @@ class _Resolver:
         share: float | None,
         inherited: dict[str, Any],
         via: list[str],
+        *,
+        location: str,
     ) -> None:
         entries = list(items.values()) if isinstance(items, dict) else items
         if not isinstance(entries, list) or not entries:
             self.problem("bad-metadataset", f"{where}: 'join' must list datasets", where)
             return
-        for e in entries:  # joined datasets are read side by side: each leaf gets the join's whole share
-            self.entry(e, where, split, top_split, share, inherited, via, weight=None)
+        for index, e in enumerate(
+            entries
+        ):  # joined datasets are read side by side: each gets the whole share
+            self.entry(
+                e,
+                where,
+                split,
+                top_split,
+                share,
+                inherited,
+                via,
+                weight=None,
+                location=f"{location}[{index}]",
+            )
 
     def node_v2(
         self,
@@ -257,9 +321,28 @@ class _Resolver:
                 node["blend_epochized"], "blend_epochized", where, split, top_split, share, inherited, via
             )
         elif "join" in node:
-            self.join(node["join"], where, split, top_split, share, inherited, via)
+            self.join(
+                node["join"],
+                where,
+                split,
+                top_split,
+                share,
+                inherited,
+                via,
+                location=f"{where}: splits.{split}.join",
+            )
         elif "path" in node:
-            self.entry(node, where, split, top_split, share, inherited, via, weight=None)
+            self.entry(
+                node,
+                where,
+                split,
+                top_split,
+                share,
+                inherited,
+                via,
+                weight=None,
+                location=f"{where}: splits.{split}",
+            )
         elif "datasets" in node:
             self.problem(
                 "bad-metadataset",
@@ -307,30 +390,25 @@ def resolve_metadataset(path: str | os.PathLike[str]) -> tuple[str, list[Leaf], 
         return r.form, r.leaves, r.problems
     for split in doc["splits"]:
         r.resolve_file(top, str(split), str(split), 1.0, {}, [])
-    seen: dict[tuple[str, Path, str], Leaf] = {}
-    for leaf in r.leaves:
-        k = (leaf.split, leaf.path.resolve(), leaf.split_part)
-        if k in seen:
-            same = leaf.subflavors == seen[k].subflavors
-            r.problems.append(
-                Problem(
-                    "duplicate-leaf",
-                    None,
-                    None,
-                    None,
-                    f"split {leaf.split!r} reaches {leaf.path} (split {leaf.split_part}) more than once "
-                    f"(via {' -> '.join(seen[k].via)} and via {' -> '.join(leaf.via)})"
-                    + (
-                        " with the same subflavors: its samples are drawn twice, in the same order"
-                        if same
-                        else f" with different subflavors ({seen[k].subflavors} and {leaf.subflavors})"
-                    ),
-                    severity="error" if same else "warning",
-                    dataset=str(leaf.path),
-                )
+    for first, leaf in duplicate_leaves(r.leaves):
+        same = leaf.subflavors == first.subflavors
+        r.problems.append(
+            Problem(
+                "duplicate-leaf",
+                None,
+                None,
+                None,
+                f"split {leaf.split!r} reaches {leaf.path} (split {leaf.split_part}) more than once "
+                f"(at {first.where} and again at {leaf.where})"
+                + (
+                    " with the same subflavors: its samples are drawn twice, in the same order"
+                    if same
+                    else f" with different subflavors ({first.subflavors} and {leaf.subflavors})"
+                ),
+                severity="error" if same else "warning",
+                dataset=str(leaf.path),
             )
-        else:
-            seen[k] = leaf
+        )
     return r.form, r.leaves, r.problems
 
 

@@ -1,0 +1,228 @@
+"""Running a target in fresh processes, parent side: build the child's command and environment, start it
+in a session of its own, wait for it with a time limit, and end it and everything it started.
+
+The child side is :mod:`primus_energon.conformance.runner` (``python -m primus_energon.conformance.runner
+SUBCOMMAND``); each property that uses a child keeps its half in its own module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import primus_energon
+
+from .results import PropertyFailure, PropertySkipped
+from .target import Target, load_object
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "CHILD_TAG_VARIABLE",
+    "Child",
+    "child_target_args",
+    "child_env",
+    "start",
+    "finish",
+    "stop",
+    "tagged_processes",
+    "runner_command",
+    "torchrun_command",
+]
+
+#: The directory ``primus_energon`` is imported from (a checkout's root, or site-packages).
+_IMPORT_ROOT = Path(primus_energon.__file__).resolve().parents[1]
+#: Every child process is killed after this many seconds and the property fails, naming the command.
+DEFAULT_TIMEOUT_S = 300.0
+#: Every process the suite starts (and everything those start: workers, torch.distributed ranks, which
+#: torchrun puts in sessions of their own) inherits this variable with a value unique to its check, so
+#: :func:`stop` can find and end all of them, whatever process group or session they moved to.
+CHILD_TAG_VARIABLE = "PRIMUS_CONFORMANCE_CHILD"
+_DIST_VARS = ("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_", "GROUP_", "ROLE_", "TORCHELASTIC_")
+#: The child entry point.
+RUNNER = __package__ + ".runner"
+
+
+def child_target_args(target: Target) -> list[str]:
+    """Arguments that rebuild ``target`` in a fresh process, or ``PropertySkipped`` when its spec does
+    not import to the same object there (an object defined in ``__main__``, in a function, ...)."""
+    module = target.spec.partition(":")[0]
+    reason = None
+    if module == "__main__":
+        reason = "it is defined in __main__, which a fresh process does not run"
+    else:
+        try:
+            loaded = load_object(target.spec)
+        except Exception as error:  # not importable: say why
+            reason = f"{target.spec!r} is not importable ({error})"
+        else:
+            same = loaded is target.obj or loaded is getattr(target.obj, "cook", object())
+            if not same:
+                reason = f"{target.spec!r} imports to another object than the one given"
+    if reason:
+        raise PropertySkipped(
+            f"{target.describe()} cannot be rebuilt in a fresh process: {reason}. Pass it as MODULE:ATTR "
+            "of an importable module (defined at module level) to run this property"
+        )
+    return ["--spec", target.spec, "--kind", target.kind, "--input-form", target.input_form]
+
+
+def _search_path() -> list[str]:
+    """The parent's import path (and this package's root) without the interpreter's own directories and
+    site-packages, which the child has anyway; ``python -m`` adds the working directory itself."""
+    skip = tuple(
+        os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    )
+    out: list[str] = []
+    for entry in [str(_IMPORT_ROOT), *sys.path]:
+        path = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(path) or path.startswith(skip) or "-packages" in path:
+            continue
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def child_env(hashseed: int | None = None, **extra: str) -> dict[str, str]:
+    """The parent's environment without torch.distributed variables, with the parent's import path on
+    ``PYTHONPATH`` (so the target's module imports in the child) and ``PYTHONHASHSEED`` if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DIST_VARS)}
+    paths = _search_path() + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if hashseed is not None:
+        env["PYTHONHASHSEED"] = str(hashseed)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Child:
+    """A started child process; its output goes to temporary files (no pipe can fill up)."""
+
+    command: list[str]
+    env_shown: dict[str, str]
+    process: subprocess.Popen
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+    tag: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env_shown.items())
+        return (prefix + " " if prefix else "") + shlex.join(self.command)
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read().decode("utf-8", "replace")
+        lines = [line for line in text.splitlines() if "Warning" not in line and "warnings.warn" not in line]
+        text = "\n".join(lines)
+        return text[-limit:]
+
+
+def start(
+    args: Sequence[str], *, env: dict[str, str], show_env: Sequence[str] = (), cwd: str | None = None
+) -> Child:
+    """Start ``args`` (a full command) in a new session, tagged (see :data:`CHILD_TAG_VARIABLE`) so that
+    :func:`stop` can end it and every process it starts."""
+    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    tag = uuid.uuid4().hex
+    process = subprocess.Popen(
+        list(args),
+        env={**env, CHILD_TAG_VARIABLE: tag},
+        cwd=cwd or os.getcwd(),
+        stdout=stdout,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Process ids whose environment holds ``CHILD_TAG_VARIABLE=tag`` (Linux ``/proc``; elsewhere [])."""
+    needle = f"{CHILD_TAG_VARIABLE}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def stop(child: Child) -> None:
+    """Kill ``child``, every process of its session, and every process that inherited its tag (workers,
+    torch.distributed ranks in sessions of their own); returns when none is left."""
+    if child.process.poll() is None:
+        try:
+            os.killpg(child.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            child.process.kill()
+    child.process.wait()
+    if not child.tag:
+        return
+    for _ in range(50):
+        left = tagged_processes(child.tag)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def finish(child: Child, *, what: str, reproduce: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Wait for ``child``; a timeout or a non-zero exit is a :class:`PropertyFailure` naming the command."""
+    remaining = max(1.0, timeout - (time.perf_counter() - child.started))
+    try:
+        child.process.wait(remaining)
+    except subprocess.TimeoutExpired:
+        stop(child)
+        raise PropertyFailure(
+            f"{what} did not finish within {timeout:.0f} s (killed); a loader must not hang. Command: "
+            f"{child.describe()}\n{child.stderr_tail()}",
+            reproduce=reproduce,
+        ) from None
+    child.seconds = round(time.perf_counter() - child.started, 2)
+    if child.process.returncode != 0:
+        raise PropertyFailure(
+            f"{what} exited with status {child.process.returncode}; expected it to load the target and "
+            f"finish. Command: {child.describe()}\nlast lines of its stderr:\n{child.stderr_tail()}",
+            reproduce=reproduce,
+        )
+
+
+def runner_command(subcommand: str, args: Sequence[str]) -> list[str]:
+    """``python -m primus_energon.conformance.runner SUBCOMMAND ARGS`` with this interpreter."""
+    return [sys.executable, "-m", RUNNER, subcommand, *args]
+
+
+def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone`` with ``nproc`` ranks running the runner."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        RUNNER,
+        subcommand,
+        *args,
+    ]
