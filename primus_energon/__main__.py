@@ -1,4 +1,9 @@
-"""The ``primus-energon`` command line (also ``python -m primus_energon``)."""
+"""The ``primus-energon`` command line (also ``python -m primus_energon``): the dataset commands of
+`primus_energon.datasets.commands` (finalize, validate, info, preview).
+
+Exit status: 0 clean, 1 problems found (or a cooker rejected a previewed sample), 2 refused (bad arguments,
+nothing to validate).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,13 @@ import sys
 import warnings
 
 from . import __version__
-from .datasets.cli import register as register_dataset_commands
+from .datasets.commands import register as register_dataset_commands
 
 __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``primus-energon`` parser: ``--version`` and the dataset commands (each sets ``handler``)."""
     parser = argparse.ArgumentParser(
         prog="primus-energon",
         description="Reference data path for diffusion training on Megatron-Energon.",
@@ -24,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``primus-energon`` on `argv` (default: the process's arguments); returns the exit status."""
     args = build_parser().parse_args(argv)
     # Energon always asks torch for pinned memory; on a machine without an accelerator torch warns about it
     # once per loader, which says nothing about the user's data.

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from primus_energon.cli_types import non_negative_int, positive_int
+
 from .errors import SyntheticError
 from .faults import FAULT_KINDS, parse_faults
 from .metadataset import parse_blend
@@ -96,26 +98,6 @@ def _blend(text: str) -> tuple[str, float, dict[str, str]]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="primus-synth",
@@ -146,13 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         "raw (image + txt); default preencoded; with --schema, optional and must match the schema",
     )
     gen.add_argument(
-        "--samples", type=_positive, default=64, metavar="N", help="number of samples (default 64)"
+        "--samples", type=positive_int, default=64, metavar="N", help="number of samples (default 64)"
     )
     gen.add_argument(
-        "--shard-size", type=_positive, default=16, metavar="K", help="samples per shard (default 16)"
+        "--shard-size", type=positive_int, default=16, metavar="K", help="samples per shard (default 16)"
     )
     gen.add_argument(
-        "--seed", type=_non_negative, default=0, metavar="S", help="random seed, >= 0 (default 0)"
+        "--seed", type=non_negative_int, default=0, metavar="S", help="random seed, >= 0 (default 0)"
     )
     gen.add_argument("--schema", metavar="FILE", help="YAML/JSON schema file describing a custom format")
     gen.add_argument(
@@ -201,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--key-prefix", metavar="P", help="sample keys are P_<index> (default s<seed>); no dots")
     gen.add_argument(
-        "--workers", type=_positive, default=1, metavar="W", help="parallel shard-writing processes"
+        "--workers", type=positive_int, default=1, metavar="W", help="parallel shard-writing processes"
     )
     gen.add_argument("--overwrite", action="store_true", help="replace the dataset in a non-empty OUT_DIR")
     gen.add_argument(

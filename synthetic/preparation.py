@@ -1,25 +1,21 @@
-"""Turning written shards into a dataset Energon loads: its own `prepare_dataset`, then ``dataset.yaml``.
+"""Turning written shards into a dataset Energon loads: the split of each shard, then the library's
+preparation (`primus_energon.datasets.preparation`: Energon's own `prepare_dataset`, then ``dataset.yaml``).
 
 `prepare_dataset` writes ``.nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid}`` and a ``.tar.idx``
-next to each shard; it does not write ``dataset.yaml``, so that is written here with the schema's
-subflavors. Shards are assigned to splits by exact-name patterns, so the split is exactly the planned one.
+next to each shard; ``dataset.yaml`` is written with the schema's subflavors. Each shard is assigned to its
+planned split by name, so the split is exactly the planned one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import yaml
+from primus_energon.datasets.preparation import SPLIT_NAMES, EnergonExited, prepare_shards, write_dataset_yaml
 
 from .errors import SyntheticError
 
 __all__ = ["SPLIT_NAMES", "assign_splits", "prepare_with_energon", "write_dataset_yaml"]
-
-SPLIT_NAMES: tuple[str, str, str] = ("train", "val", "test")
 
 
 def assign_splits(num_shards: int, ratios: Sequence[float]) -> list[str]:
@@ -52,43 +48,14 @@ def assign_splits(num_shards: int, ratios: Sequence[float]) -> list[str]:
     return [name for name, n in zip(SPLIT_NAMES, counts, strict=True) for _ in range(n)]
 
 
-def _pattern(names: Sequence[str]) -> str:
-    # Energon brace-expands patterns, which strips backslashes, so dots are escaped as [.]
-    if not names:
-        return "^$"
-    return "^(" + "|".join(n.replace(".", "[.]") for n in names) + ")$"
-
-
 def prepare_with_energon(
     root: Path, shard_names: Sequence[str], shard_splits: Sequence[str], *, workers: int = 1
 ) -> None:
-    """Run ``WebdatasetPreparator.prepare_dataset`` on `root` (quietly; its prints are captured)."""
-    from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
-
-    patterns = [
-        (part, _pattern([n for n, sp in zip(shard_names, shard_splits, strict=True) if sp == part]))
-        for part in SPLIT_NAMES
-    ]
-    captured = io.StringIO()
+    """Prepare `root` with Energon (quietly), shard ``shard_names[i]`` in split ``shard_splits[i]``;
+    `SyntheticError` when Energon refuses the shards (it exits on duplicate keys)."""
     try:
-        with contextlib.redirect_stdout(captured):
-            WebdatasetPreparator.prepare_dataset(
-                root,
-                list(shard_names),
-                split_parts_patterns=patterns,
-                shuffle_seed=None,
-                workers=max(1, min(workers, len(shard_names))),
-            )
-    except SystemExit as exc:  # duplicate keys make it call sys.exit(1)
-        lines = " | ".join(line for line in captured.getvalue().splitlines() if line.strip())
+        prepare_shards(root, shard_names, shard_splits=shard_splits, workers=workers)
+    except EnergonExited as exc:
         raise SyntheticError(
-            f"Energon's prepare_dataset refused the shards in {root} (exit {exc.code}): {lines}"
+            f"Energon's prepare_dataset refused the shards in {root} (exit {exc.status}): {' | '.join(exc.lines)}"
         ) from None
-
-
-def write_dataset_yaml(root: Path, subflavors: Mapping[str, Any]) -> Path:
-    """Write ``.nv-meta/dataset.yaml`` for a CrudeWebdataset with `subflavors`."""
-    path = root / ".nv-meta" / "dataset.yaml"
-    doc = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset", "subflavors": dict(subflavors)}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    return path

@@ -105,7 +105,7 @@ CLEAN = {
 
 def run_validate_cli(root: Path, json_path: Path, capsys: Any) -> tuple[int, str, dict[str, Any]]:
     """`primus-energon validate ROOT --json FILE` in process: (exit status, stdout, JSON report)."""
-    from primus_energon.datasets.cli import main
+    from primus_energon.__main__ import main
 
     rc = main(["validate", str(root), "--workers", "1", "--json", str(json_path)])
     out = capsys.readouterr().out

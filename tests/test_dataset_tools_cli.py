@@ -1,5 +1,5 @@
 """The dataset subcommands: finalize, validate on metadatasets, info and preview, in process and as real
-subprocesses (``python -m primus_energon.datasets.cli``)."""
+subprocesses (``python -m primus_energon``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus_energon.datasets.cli import build_parser, main
+from primus_energon.__main__ import build_parser, main
 from primus_energon.datasets.finalize import FinalizeError, finalize_dataset, parse_split
 from primus_energon.datasets.info import dataset_info
 from primus_energon.datasets.metadataset import resolve_metadataset, validate_metadataset
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m primus_energon.datasets.cli ARGS`` in a real subprocess."""
+    """``python -m primus_energon ARGS`` in a real subprocess."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run(
         [sys.executable, "-m", "primus_energon", *args],
@@ -409,11 +409,11 @@ def test_every_subcommand_has_help(command, capsys):
 def test_register_wires_into_another_parser():
     import argparse
 
-    from primus_energon.datasets.cli import register
+    from primus_energon.datasets.commands import register, validate
 
     parser = argparse.ArgumentParser(prog="primus-energon")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo")
     register(commands)
     args = parser.parse_args(["validate", "x", "--workers", "3"])
-    assert args.handler.__name__ == "run_validate" and args.workers == 3
+    assert args.handler is validate.run and args.workers == 3

@@ -8,10 +8,11 @@ Working replacements for ``energon info``/``preview``/``lint``, which fail on a 
     report = validate_path("/data/pre", workers=8)                        # or a metadataset .yaml
     report.ok, report.problems[0].code, report.to_json()
 
-Command line: ``primus-energon finalize|validate|info|preview`` (see `primus_energon.datasets.cli`).
-Modules: `validate` (orchestration), `scan` (one shard), `tarscan` (strict tar reader), `checks` (one member),
-`analysis` (whole-dataset rules), `metadata` (.nv-meta), `metadataset` (blends), `finalize`, `info`,
-`preview`, `report` (JSON and summary), `problems` (codes).
+Command line: ``primus-energon finalize|validate|info|preview`` (`primus_energon.datasets.commands`, a module
+per command). Modules: `validate` (orchestration), `scan` (one shard), `tarscan` (strict tar reader), `checks`
+(one member), `analysis` (whole-dataset rules), `metadata` (.nv-meta), `metadataset` (blends), `finalize`,
+`preparation` (Energon's prepare_dataset and dataset.yaml), `info`, `preview`, `report` (JSON and summary),
+`problems` (codes).
 """
 
 from __future__ import annotations

@@ -132,6 +132,8 @@ def _problem_at(
 def _dtype_problems(
     samples: Sequence[_Sample], entries: dict[str, list[tuple[int, str, str, tuple[int, ...]]]]
 ) -> list[Problem]:
+    """Rule *dtype* (``wrong-dtype``): per tensor member, the most common dtype (ties: the first seen) is the
+    reference; each sample holding it with another dtype is reported. Images are not checked."""
     out = []
     for name, es in entries.items():
         if es[0][1] == "image":
@@ -201,7 +203,9 @@ def _rare_buckets(primary: str | None, key_of: dict[int, tuple[int, int]]) -> li
 def _shape_problems(
     samples: Sequence[_Sample], entries: dict[str, list[tuple[int, str, str, tuple[int, ...]]]]
 ) -> tuple[list[Problem], set[str]]:
-    """wrong-shape problems and the members whose spatial dims follow resolution buckets (module docstring)."""
+    """Rule *shape* (``wrong-shape``, see the module docstring): per member, a shape off the most common
+    layout, a spatial size off the sample's resolution bucket, or a primary spatial size almost no sample
+    shares. Also returns the members whose spatial dims follow resolution buckets."""
     kinds = {name: es[0][1] for name, es in entries.items()}
     ref: dict[str, tuple[int, ...]] = {name: _mode(e[3] for e in es) for name, es in entries.items()}
 
@@ -307,9 +311,26 @@ def _shape_problems(
     return out, set(evidence) | {n for n in followers if follows[n]}
 
 
-def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
-    """Cross-sample checks over `scans` (in shard order) for `encoding` (None: detect it from the data)."""
-    problems: list[Problem] = []
+@dataclass
+class _Expectation:
+    """What every sample should hold: the members of most complete samples plus the encoding's required
+    ones (`expected`, in first-seen order), and the encoding's groups of which a sample needs one."""
+
+    used: str | None  # the encoding the samples are checked against
+    required: tuple[str, ...]
+    any_of: tuple[tuple[str, ...], ...]
+    expected: list[str]
+    counts: Counter[str]  # member -> complete samples holding it
+    n_complete: int
+    order: dict[str, int]  # member -> position of its first appearance
+
+    @property
+    def expected_set(self) -> set[str]:
+        return set(self.expected)
+
+
+def _gather(scans: Sequence[ShardScan]) -> list[_Sample]:
+    """Every sample of `scans`, in shard order, with its members by name."""
     samples: list[_Sample] = []
     layouts: dict[int, dict[str, tuple[str, str | None, tuple[int, ...] | None]]] = {}
     for scan in scans:
@@ -319,6 +340,14 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
             if names is None:
                 names = layouts[id(rec.members)] = {m[0]: (m[1], m[2], m[3]) for m in rec.members}
             samples.append(_Sample(scan.name, rec, names))
+    return samples
+
+
+def _expectation(samples: Sequence[_Sample], encoding: str | None) -> tuple[_Expectation, str | None]:
+    """Rule *expected members*: the members present in more than half of the complete (not cut-off) samples,
+    plus the required members of the encoding checked against: `encoding`, or the one detected from the data
+    (also when `encoding` names the other reference encoding: the caller reports that mismatch once). Also
+    returns the detected encoding. Reports nothing itself."""
     complete = [s for s in samples if not s.rec.partial]
     counts: Counter[str] = Counter(n for s in complete for n in s.names)
     detected = detect_encoding(counts, len(complete))
@@ -332,10 +361,17 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
             order.setdefault(n, len(order))
     expected = [n for n in sorted(order, key=order.__getitem__) if counts[n] * 2 > len(complete)]
     expected += [n for n in required if n not in expected]
-    expected_set = set(expected)
-    vocab = expected_set | {n for g in any_of for n in g}
+    return _Expectation(used, required, any_of, expected, counts, len(complete), order), detected
 
-    # -- dotted keys ------------------------------------------------------------------------------------------
+
+def _dotted_keys(samples: Sequence[_Sample], exp: _Expectation) -> list[Problem]:
+    """Rule *dotted key* (``dotted-key``): a sample none of whose members is expected, but whose members all
+    read ``<prefix>.<member>`` with some ``<member>`` expected (or of the encoding's groups), was stored under
+    a key with a dot, which Energon cut short. Reported once per sample; the sample is marked `dotted` and its
+    members renamed to what they were meant to be, for the rules after this one."""
+    expected_set = exp.expected_set
+    vocab = expected_set | {n for g in exp.any_of for n in g}
+    problems: list[Problem] = []
     for s in samples:
         names = list(s.names)
         if not names or any(n in expected_set for n in names) or not all("." in n for n in names):
@@ -357,8 +393,13 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
             )
         )
         s.names = {rest: s.names[n] for n, (_, rest) in zip(names, split, strict=True)}
+    return problems
 
-    # -- duplicate keys ---------------------------------------------------------------------------------------
+
+def _duplicate_keys(samples: Sequence[_Sample]) -> list[Problem]:
+    """Rule *duplicate key* (``duplicate-key``): each sample, in shard order, whose key an earlier sample
+    already has; the problem names where that first sample is."""
+    problems: list[Problem] = []
     first_seen: dict[str, tuple[str, int]] = {}
     for i, s in enumerate(samples):
         seen = first_seen.get(s.rec.key)
@@ -380,18 +421,24 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
                 },
             )
         )
+    return problems
 
-    # -- missing members --------------------------------------------------------------------------------------
-    n_complete = len(complete)
+
+def _missing_members(samples: Sequence[_Sample], exp: _Expectation) -> list[Problem]:
+    """Rule *missing member* (``missing-member``): a sample lacking an expected member (one of an encoding
+    group counts for the whole group), or holding none of a group the encoding needs one of. Dotted-key
+    samples and the cut-off last sample of a truncated shard are not checked (reported as such)."""
+    expected_set = exp.expected_set
+    problems: list[Problem] = []
     for s in samples:
         if s.dotted or s.rec.partial:
             continue
-        for m in expected:
-            if m not in s.names and not any(m in g and any(x in s.names for x in g) for g in any_of):
+        for m in exp.expected:
+            if m not in s.names and not any(m in g and any(x in s.names for x in g) for g in exp.any_of):
                 why = (
                     "required by the encoding"
-                    if m in required and counts[m] * 2 <= n_complete
-                    else (f"present in {counts[m]} of {n_complete} samples")
+                    if m in exp.required and exp.counts[m] * 2 <= exp.n_complete
+                    else (f"present in {exp.counts[m]} of {exp.n_complete} samples")
                 )
                 problems.append(
                     Problem(
@@ -402,7 +449,7 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
                         f"the sample has no {m!r} ({why}); it has {', '.join(s.names) or 'no members'}",
                     )
                 )
-        for group in any_of:
+        for group in exp.any_of:
             if not any(g in s.names for g in group) and not any(g in expected_set for g in group):
                 problems.append(
                     Problem(
@@ -410,22 +457,29 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
                         s.shard,
                         s.rec.key,
                         group[0],
-                        f"the sample has none of {', '.join(group)} (the {used} encoding needs one); it has "
-                        f"{', '.join(s.names) or 'no members'}",
+                        f"the sample has none of {', '.join(group)} (the {exp.used} encoding needs one); it "
+                        f"has {', '.join(s.names) or 'no members'}",
                     )
                 )
+    return problems
 
-    # -- dtype and shape --------------------------------------------------------------------------------------
+
+def _tensor_entries(samples: Sequence[_Sample]) -> dict[str, list[tuple[int, str, str, tuple[int, ...]]]]:
+    """Per member, ``(sample index, kind, dtype, shape)`` of every sample where both dtype and shape are known
+    (the input of the dtype and shape rules)."""
     entries: dict[str, list[tuple[int, str, str, tuple[int, ...]]]] = {}
     for i, s in enumerate(samples):
         for name, (kind, dtype, shape) in s.names.items():
             if dtype is not None and shape is not None:
                 entries.setdefault(name, []).append((i, kind, dtype, shape))
-    problems += _dtype_problems(samples, entries)
-    shape_problems, bucketed = _shape_problems(samples, entries)
-    problems += shape_problems
+    return entries
 
-    # -- member summary ---------------------------------------------------------------------------------------
+
+def _member_summary(
+    samples: Sequence[_Sample], scans: Sequence[ShardScan], bucketed: set[str], order: dict[str, int]
+) -> dict[str, MemberSummary]:
+    """Each member across the dataset (in first-seen order): sample count, dtypes and shapes (most common
+    first), whether it follows resolution buckets, and its value range over the scans. Reports nothing."""
     members: dict[str, MemberSummary] = {}
     for s in samples:
         for name, (kind, dtype, shape) in s.names.items():
@@ -448,5 +502,22 @@ def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
                 continue
             ms.vmin = lo if ms.vmin is None else min(ms.vmin, lo)
             ms.vmax = hi if ms.vmax is None else max(ms.vmax, hi)
-    members = dict(sorted(members.items(), key=lambda kv: order.get(kv[0], len(order))))
-    return Analysis(problems, members, expected, detected, len(samples))
+    return dict(sorted(members.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def analyze(scans: Sequence[ShardScan], *, encoding: str | None) -> Analysis:
+    """Cross-sample checks over `scans` (in shard order) for `encoding` (None: detect it from the data).
+
+    The rules run in this order, and their problems are reported in it: dotted keys (which rename the members
+    the later rules see), duplicate keys, missing members, dtypes, shapes."""
+    samples = _gather(scans)
+    exp, detected = _expectation(samples, encoding)
+    problems = _dotted_keys(samples, exp)
+    problems += _duplicate_keys(samples)
+    problems += _missing_members(samples, exp)
+    entries = _tensor_entries(samples)
+    problems += _dtype_problems(samples, entries)
+    shape_problems, bucketed = _shape_problems(samples, entries)
+    problems += shape_problems
+    members = _member_summary(samples, scans, bucketed, exp.order)
+    return Analysis(problems, members, exp.expected, detected, len(samples))

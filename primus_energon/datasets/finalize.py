@@ -1,8 +1,9 @@
 """`finalize_dataset`: turn a directory of ``.tar`` shards into a dataset Energon loads, without prompts.
 
 Runs Energon's own ``WebdatasetPreparator.prepare_dataset`` (``.nv-meta/.info.json``, ``split.yaml``,
-``index.sqlite``, ``index.uuid`` and a ``.tar.idx`` beside each shard), then writes ``.nv-meta/dataset.yaml``
-exactly like the integration guide, plus any extra subflavors::
+``index.sqlite``, ``index.uuid`` and a ``.tar.idx`` beside each shard), then writes ``.nv-meta/dataset.yaml``:
+a ``CrudeWebdataset`` (module ``megatron.energon``) whose subflavors are ``encoding`` first, then any extra
+ones, in their order (both through `primus_energon.datasets.preparation`)::
 
     __module__: megatron.energon
     __class__: CrudeWebdataset
@@ -18,9 +19,6 @@ naming the duplicate.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import math
 import os
 import re
@@ -30,13 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .metadata import META_DIR, list_shard_files
+from .preparation import EnergonExited, prepare_shards, write_dataset_yaml
 
 __all__ = ["FinalizeError", "FinalizeResult", "finalize_dataset", "parse_split", "decompress_shard"]
 
-SPLIT_NAMES = ("train", "val", "test")
 _ENCODING_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _META_FILES = (
     ".info.json",
@@ -115,15 +111,6 @@ def decompress_shard(root: Path, name: str) -> str:
     return target
 
 
-def _dataset_yaml_text(encoding: str, subflavors: Mapping[str, Any]) -> str:
-    doc = {
-        "__module__": "megatron.energon",
-        "__class__": "CrudeWebdataset",
-        "subflavors": {"encoding": encoding, **{k: v for k, v in subflavors.items() if k != "encoding"}},
-    }
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=False)
-
-
 def finalize_dataset(
     path: str | os.PathLike[str],
     encoding: str,
@@ -176,10 +163,9 @@ def finalize_dataset(
             )
         for f in _META_FILES:
             (nv / f).unlink(missing_ok=True)
-    parts = _prepare(root, tars, ratios, workers=max(1, min(workers, len(tars))), shuffle_seed=shuffle_seed)
-    nv.mkdir(exist_ok=True)
-    dataset_yaml = nv / "dataset.yaml"
-    dataset_yaml.write_text(_dataset_yaml_text(encoding, dict(subflavors or {})), encoding="utf-8")
+    parts = _prepare(root, tars, ratios, workers=workers, shuffle_seed=shuffle_seed)
+    extra = {k: v for k, v in (subflavors or {}).items() if k != "encoding"}
+    dataset_yaml = write_dataset_yaml(root, {"encoding": encoding, **extra})
     return FinalizeResult(root, tars, ratios, sorted(parts), dataset_yaml, decompressed)
 
 
@@ -192,26 +178,14 @@ def _plain_name(name: str) -> str:
 def _prepare(
     root: Path, tars: list[str], ratios: tuple[float, float, float], *, workers: int, shuffle_seed: int | None
 ) -> set[str]:
-    from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
-
-    captured = io.StringIO()
-    energon_logger = logging.getLogger("megatron.energon")
-    handler = logging.StreamHandler(captured)
-    energon_logger.addHandler(handler)
+    """`prepare_shards` by ratios; Energon's exit or failure becomes a `FinalizeError` (exit status 1) that
+    says what to run next."""
     try:
-        with contextlib.redirect_stdout(captured):
-            result = WebdatasetPreparator.prepare_dataset(
-                root,
-                tars,
-                split_parts_ratio=list(zip(SPLIT_NAMES, ratios, strict=True)),
-                shuffle_seed=shuffle_seed,
-                workers=workers,
-            )
-    except SystemExit as exc:  # duplicate keys: Energon prints the reason and calls sys.exit(1)
-        lines = [ln.strip() for ln in captured.getvalue().splitlines() if ln.strip()]
-        example = next((ln for ln in lines if "duplicate key" in ln.lower()), "")
+        return prepare_shards(root, tars, ratios=ratios, shuffle_seed=shuffle_seed, workers=workers)
+    except EnergonExited as exc:  # duplicate keys: Energon prints the reason and calls sys.exit(1)
+        example = next((ln for ln in exc.lines if "duplicate key" in ln.lower()), "")
         raise FinalizeError(
-            f"Energon refused the shards (exit {exc.code}): sample keys are not unique across shards"
+            f"Energon refused the shards (exit {exc.status}): sample keys are not unique across shards"
             + (f" ({example})" if example else "")
             + ". Run `primus-energon validate DIR` to list every duplicate, rename them, and rerun finalize",
             exit_code=1,
@@ -222,7 +196,3 @@ def _prepare(
             "`primus-energon validate DIR` to see which shard is broken",
             exit_code=1,
         ) from None
-    finally:
-        energon_logger.removeHandler(handler)
-    parts = result[0] if isinstance(result, tuple) else result
-    return set(parts or ())
