@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import tarfile
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from primus_energon.energon_compat import key_in_shard
 from primus_energon.synthetic.preparation import prepare_with_energon, write_dataset_yaml
 
 __all__ = [
@@ -97,7 +99,8 @@ def hostile_bytes(member: str, marker_name: str, fallback_dir: str) -> bytes:
 
 
 def _marker_name(key: str, member: str) -> str:
-    return f"{key}{_SEPARATOR}{member}"
+    # A key may hold "/" (a webdataset key with directories): quoted, the marker is one file name.
+    return f"{urllib.parse.quote(key, safe='')}{_SEPARATOR}{member}"
 
 
 def build_probe_dataset(
@@ -114,7 +117,7 @@ def build_probe_dataset(
     poisoned = []
     with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
         for index, sample in enumerate(clean[: len(members) + 1]):
-            key = str(sample["__key__"])
+            key = key_in_shard(str(sample["__key__"]), sample.get("__shard__"))
             entries = {name: bytes(value) for name, value in sample.items() if not name.startswith("__")}
             if index:
                 member = members[index - 1]
@@ -186,7 +189,8 @@ def read_findings(markers: Path, environment: str) -> list[Finding]:
     """The hostile members whose code ran in one probe run (marker files in ``markers``)."""
     findings = []
     for marker in sorted(markers.glob(f"*{_SEPARATOR}*")) if markers.is_dir() else []:
-        key, _, member = marker.name.partition(_SEPARATOR)
+        quoted, _, member = marker.name.partition(_SEPARATOR)
+        key = urllib.parse.unquote(quoted)
         findings.append(
             Finding(key, member, environment, marker.read_text(encoding="utf-8", errors="replace"))
         )

@@ -8,6 +8,9 @@
   the pipeline they build, so a caller asking for ``reraise_exception`` gets it there too.
 - **Sample keys.** Energon 7.0-7.2 name a sample ``"<shard>/<key>"`` (e.g. ``shard-000000.tar/s_000001``);
   since 7.3 ``__key__`` is the key alone. :func:`energon_key` says what Energon calls a sample of a shard.
+- **Choosing a cooker.** Since 7.3 a TaskEncoder picks the cooker for each dataset when the loader is
+  built (no match: ``ValueError`` at build time); 7.0-7.2 look it up per sample (no match: the error comes
+  with the first sample). :data:`COOKERS_CHOSEN_PER_SAMPLE` says which.
 - **The stock handlers.** ``log_exception`` and ``reraise_exception`` are exported at the top level since
   7.3; before, ``log_exception`` lives in ``megatron.energon.wrappers._log_exception``, and the
   ``reraise_exception`` of ``megatron.energon.flavors.webdataset.structs`` wraps the error in a bare
@@ -32,7 +35,9 @@ __all__ = [
     "log_exception",
     "reraise_exception",
     "KEYS_NAME_THEIR_SHARD",
+    "COOKERS_CHOSEN_PER_SAMPLE",
     "energon_key",
+    "key_in_shard",
     "worker_config",
     "get_train_dataset",
     "get_val_dataset",
@@ -58,12 +63,26 @@ HAS_GLOBAL_ERROR_HANDLER: bool = "global_error_handler" in {f.name for f in data
 
 #: True where ``__key__`` is ``"<shard>/<key>"`` (Energon 7.0-7.2).
 KEYS_NAME_THEIR_SHARD: bool = ENERGON_VERSION < (7, 3)
+#: Energon 7.0-7.2 look the cooker up per sample, so "no cooker matches" surfaces at the first sample.
+COOKERS_CHOSEN_PER_SAMPLE: bool = ENERGON_VERSION < (7, 3)
 
 
 def energon_key(shard: str, key: str) -> str:
     """The ``__key__`` Energon gives the sample ``key`` of the tar shard ``shard`` (its path relative to the
     dataset, e.g. ``shard-000000.tar``)."""
     return f"{shard}/{key}" if KEYS_NAME_THEIR_SHARD else key
+
+
+def key_in_shard(key: str, shard: str | None = None) -> str:
+    """The inverse of :func:`energon_key`: the key a sample has inside its tar shard (what its member names
+    start with), from the ``__key__`` Energon gave it. Without ``shard``, the prefix up to the first
+    ``.tar/`` is taken for the shard's path."""
+    if not KEYS_NAME_THEIR_SHARD:
+        return key
+    if shard and key.startswith(f"{shard}/"):
+        return key[len(shard) + 1 :]
+    head, found, tail = key.partition(".tar/")
+    return tail if found and tail else key
 
 
 if hasattr(_energon, "log_exception"):

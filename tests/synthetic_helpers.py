@@ -57,11 +57,14 @@ def _make_task_encoder() -> Any:
     @stateless
     def cook_crude(crude: dict) -> dict:
         # bytes in, bytes out: decoder = None, so nothing is unpickled or decoded here
+        from primus_energon.energon_compat import key_in_shard
+
         out = {k: v for k, v in crude.items() if not k.startswith("__")}
-        out["__key__"] = crude["__key__"]
-        out["__subflavors__"] = dict(crude.get("__subflavors__") or {})
         sources = crude.get("__sources__") or ()
         out["__shard__"] = sources[0].shard_name if sources else None
+        # the key as the manifest has it: Energon 7.0-7.2 put "<shard>/" in front of it
+        out["__key__"] = key_in_shard(crude["__key__"], out["__shard__"])
+        out["__subflavors__"] = dict(crude.get("__subflavors__") or {})
         return out
 
     class CrudeTaskEncoder(DefaultTaskEncoder):

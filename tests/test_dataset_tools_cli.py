@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from primus_energon.datasets.info import dataset_info
 from primus_energon.datasets.metadataset import resolve_metadataset, validate_metadataset
 from primus_energon.datasets.preview import preview_dataset
 from primus_energon.datasets.validate import validate_dataset
+from primus_energon.energon_compat import ENERGON_VERSION, key_in_shard
 from primus_energon.synthetic import write_metadataset
 from tests.test_dataset_tools import PRE, RAW, dataset
 
@@ -144,6 +146,9 @@ def test_finalize_refuses_a_prepared_directory_unless_forced(pre_clean, tmp_path
     assert [p.code for p in validate_dataset(root).problems] == ["encoding-mismatch"]
 
 
+@pytest.mark.skipif(
+    ENERGON_VERSION < (7, 3), reason="Energon 7.0-7.2 prepare a dataset whose keys repeat without complaint"
+)
 def test_finalize_turns_energons_exit_on_duplicate_keys_into_a_clear_error(
     tmp_path_factory, tmp_path, capsys
 ):
@@ -202,7 +207,11 @@ def blend(tmp_path_factory):
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["MetadatasetV2", "Metadataset"])
 def test_metadataset_resolves_leaves_like_energon(blend, legacy):
-    from megatron.energon.metadataset.loader import traverse_metadataset
+    traverse_metadataset = getattr(
+        pytest.importorskip("megatron.energon.metadataset.loader"), "traverse_metadataset", None
+    )
+    if traverse_metadataset is None:
+        pytest.skip("Energon 7.0-7.2 have no traverse_metadataset to compare the leaves with")
 
     root, pre, raw = blend
     name = "legacy" if legacy else "v2"
@@ -344,7 +353,11 @@ def test_preview_shows_samples_as_the_reference_task_encoder_sees_them(tmp_path_
     root, manifest = dataset(tmp_path_factory, "clean-preencoded", **PRE)
     assert main(["preview", str(root), "-n", "3"]) == 0
     out = capsys.readouterr().out
-    assert out.count("key s5_") == 3 and "latents" in out and "tensor float32 [4, 8, 8]" in out
+    assert (
+        len(re.findall(r"key (?:\S+\.tar/)?s5_", out)) == 3
+        and "latents" in out
+        and "tensor float32 [4, 8, 8]" in out
+    )
     assert "caption" in out and "min" in out
     raw, _ = dataset(tmp_path_factory, "clean-raw-jpg", **RAW)
     assert main(["preview", str(raw), "-n", "2"]) == 0
@@ -359,7 +372,7 @@ def test_preview_shows_rejected_samples_and_never_runs_the_payload(tmp_path_fact
     bad = {f.key for f in manifest.faults}
     items, stop = preview_dataset(root, n=48)
     assert stop is None
-    assert {i.key for i in items if i.error} == bad
+    assert {key_in_shard(i.key) for i in items if i.error} == bad
     assert all("not a tensor" in i.error or "refused" in i.error for i in items if i.error)
     assert not Path(manifest.marker_path).exists()
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from primus_energon.energon_compat import ENERGON_VERSION
 from primus_energon.synthetic import FAULT_KINDS, FaultRecord, Manifest, SyntheticError, generate_dataset
 from primus_energon.synthetic.tar import EMPTY_TAR
 
@@ -303,6 +304,9 @@ def test_energon_stops_at_a_truncated_or_emptied_shard(tmp_path):
         assert loaded.keys() == m.keys()[:first_bad], f"{kind}: yielded {loaded.keys()}"
 
 
+@pytest.mark.skipif(
+    ENERGON_VERSION < (7, 3), reason="Energon 7.0-7.2 prepare a dataset whose keys repeat without complaint"
+)
 def test_post_prepare_faults_would_stop_energon_preparation(all_faults, tmp_path):
     from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
 

@@ -25,6 +25,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from megatron.energon import Cooker, TaskEncoder
 
+from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE
+
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, matching_cooker
@@ -164,6 +166,14 @@ def _run(
         except Exception as error:  # the chosen cooker may not cook this data; the record says who ran
             failure = error
     records = read_records(sink)
+    if expected is None and COOKERS_CHOSEN_PER_SAMPLE and not records and failure is not None:
+        # Energon 7.0-7.2 look the cooker up per sample: the loader builds, the first sample raises.
+        if any(word in str(failure).lower() for word in ("cooker", "subflavor")):
+            return claim, None
+        return claim, (
+            f"{case}: no cooker matches, and the first sample raised an unclear error ({_error_text(failure)}); "
+            "expected one that says no cooker matches these subflavors"
+        )
     if expected is None:
         ran = f"; {describe_cooker(cookers, records[0]['cooker'])} ran" if records else ""
         return claim, (

@@ -13,6 +13,7 @@ from typing import Any
 from megatron.energon import Cooker, SkipSample, stateless
 
 from primus_energon import EncodedDiffusionTaskEncoder, cook_preencoded_diffusion
+from primus_energon.energon_compat import key_in_shard
 from primus_energon.sample import DiffusionSample
 
 
@@ -23,7 +24,7 @@ class FiltersOneSourceTaskEncoder(EncodedDiffusionTaskEncoder):
 
     @stateless
     def encode_sample(self, sample: DiffusionSample) -> DiffusionSample:
-        key = sample.__key__
+        key = key_in_shard(sample.__key__)
         if key.startswith("blend1_") and int(key.rsplit("_", 1)[1]) % 4 != 0:
             raise SkipSample()
         return sample

@@ -98,6 +98,9 @@ class _NumberedBatches(BaseWrapperDataset):
     def len_worker(self, worker_idx: int | None = None) -> int:
         return self.dataset.len_worker(worker_idx)
 
+    def __len__(self) -> int:  # what Energon 7.0-7.2 ask of a wrapper instead of len_worker
+        return len(self.dataset)
+
     def __iter__(self) -> Iterator[Any]:
         if self.pending is not None:
             self.index, self.pending = self.pending, None
