@@ -3,8 +3,8 @@
 A cooker target is an Energon :class:`~megatron.energon.Cooker` or a bare (``@stateless``) cook function;
 the suite runs it inside a harness TaskEncoder that adds nothing but the cooker and a list-batching
 ``batch()``. A TaskEncoder target is a class (built with no arguments) or an instance, run as it is,
-decoder included. A wrapper target is a class built as ``Wrapper(loader)`` (the guide's
-``MegatronDataloaderWrapper``); the loaders it is checked around use the reference
+decoder included. A wrapper target is a class built as ``Wrapper(loader)`` (a
+``MegatronDataloaderWrapper`` as Megatron-style training loops use); the loaders it is checked around use the reference
 ``EncodedDiffusionTaskEncoder``.
 """
 

@@ -78,7 +78,7 @@ EXTENSION_KINDS: Mapping[str, str] = MappingProxyType(
 
 
 def member_kind(member: str) -> str:
-    """The kind of ``member`` from its last extension; ``images`` (the guide's raw member) is an image."""
+    """The kind of ``member`` from its last extension; ``images`` (the member name of raw images written without an extension) is an image."""
     if member.lower() == "images":
         return "image"
     return EXTENSION_KINDS.get(member_extension(member), "bytes")
@@ -86,7 +86,7 @@ def member_kind(member: str) -> str:
 
 #: Tensor shapes of the preencoded format by size: ``tiny`` for checks and tests, ``small`` and ``flux``
 #: for benchmarks (FLUX-sized: 16-channel latents of a 512x512 image, T5 [512, 4096], CLIP [768]),
-#: ``guide`` the integration guide's 256x256 example.
+#: ``guide`` a 256x256 image's preencoded sizes (64-channel VAE latents, T5-XXL prompt and CLIP pooled embeddings).
 SIZES: Mapping[str, Mapping[str, tuple[int, ...]]] = MappingProxyType(
     {
         "tiny": {"latents": (4, 8, 8), "prompt_embeds": (7, 16), "pooled_prompt_embeds": (16,)},

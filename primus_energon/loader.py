@@ -1,4 +1,4 @@
-"""The loader factory behind the guide's ``get_loader(...)``: dataset or metadataset in, wrapped
+"""The loader factory ``get_loader(...)``: dataset or metadataset in, wrapped
 Energon savable loader out."""
 
 from __future__ import annotations

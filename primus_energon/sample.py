@@ -20,7 +20,7 @@ class DiffusionSample(Sample):
     Keyword-only and slotted, like Energon's own samples.
     """
 
-    #: VAE latents, ``[C, H/8, W/8]`` (``[64, H/8, W/8]`` in the guide).
+    #: VAE latents, ``[C, H/8, W/8]`` (``[64, H/8, W/8]`` for a 64-channel VAE).
     latents: torch.Tensor
     #: Text-encoder (T5) embeddings, ``[seq_len, hidden]``.
     prompt_embeds: torch.Tensor

@@ -110,7 +110,7 @@ class SafeDecodingTaskEncoder(DefaultTaskEncoder):
             raise TypeError(_UNSAFE_DECODER.format(owner=type(self).__name__))
 
     def __init__(self, worker_config: WorkerConfig | None = None) -> None:
-        # `worker_config` is accepted for compatibility with the guide's signature; Energon takes the
+        # `worker_config` is accepted because TaskEncoders are commonly built as `Encoder(worker_config)`; Energon takes the
         # worker configuration from the dataset, not from the TaskEncoder.
         super().__init__()
         self.worker_config = worker_config

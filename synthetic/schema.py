@@ -614,7 +614,7 @@ def builtin_schema(
 ) -> Schema:
     """The schema of a built-in encoding.
 
-    ``preencoded`` (the integration guide's layout, a 256x256 image): ``latents.pth`` float32 ``[64, 32, 32]``
+    ``preencoded`` (the common preencoded layout, for a 256x256 image): ``latents.pth`` float32 ``[64, 32, 32]``
     (``[64, H/8, W/8]``, bucketed), ``prompt_embeds.pth`` ``[77, 4096]``, ``pooled_prompt_embeds.pth`` ``[768]``,
     ``caption.txt``. ``raw``: one image member named `image_format` (``jpg``, ``jpeg``, ``png``, ``webp``;
     default 32x32) and ``txt``.

@@ -68,9 +68,9 @@ def test_reference_targets_pass(kind: str, spec: str, workdir: Path, fast: None)
     assert run["n"] >= run["required_n"] == required_n(len(run["weights"]), w=0.2)
     assert run["counted_at"] == "batch" and run["p_value"] >= 1e-6
     assert run["subflavor_samples_checked"] >= run["n"]
-    # Energon 7.4.1 gives a dataset listed twice the same stream (issue #266): reported, not failed.
+    # Energon 7.4.1 gives a dataset listed twice the same stream (NVIDIA/Megatron-Energon#266): reported, not failed.
     assert result.details["duplicate_entry"]["identical_streams"] is True
-    assert "Energon #266" in result.details["summary"]
+    assert "NVIDIA/Megatron-Energon#266" in result.details["summary"]
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_user_metadataset_with_a_dataset_twice_fails(tmp_path: Path, fast: None)
     assert claim.message.startswith(f"{str(a)!r} is listed at "), claim.message
     assert "sub/inner.yaml: splits.train.datasets[0] and again at " in claim.message
     assert f"outer.yaml: splits.train.blend[1] in {str(outer)!r}" in claim.message
-    assert "identical sample streams" in claim.message and "issue #266" in claim.fix
+    assert "identical sample streams" in claim.message and "NVIDIA/Megatron-Energon#266" in claim.fix
     assert str(b) not in claim.message
     # The blends the suite generates (in the format of the user's data) are still checked.
     assert result.claim("blend/ratios").verdict == "pass", result.claim("blend/ratios").message

@@ -261,7 +261,7 @@ def test_crude_samples_keep_the_decoders_numpy_arrays(tmp_path: Path) -> None:
 def test_a_correct_cooker_of_each_real_format_passes_every_property(
     cooker: str, example: str, tmp_path: Path
 ) -> None:
-    """The issue's bar: data written as each project's prepare script writes it, a correct cooker for it,
+    """Data written as each project's prepare script writes it, and a correct cooker for it, passes
     every property, exit status 0 (pytest through the plugin, as a user runs it)."""
     run = _pytest(
         tmp_path, "--cooker", f"{ZOO}:{cooker}", "--conformance-schema", str(example_schemas()[example])

@@ -161,7 +161,7 @@ def test_variable_shapes_give_resolution_buckets(tmp_path):
     assert len({s.members["jpg"].shape for s in raw}) > 1
 
 
-def test_builtin_schemas_follow_the_guide():
+def test_builtin_schemas_follow_the_preencoded_layout():
     pre = builtin_schema("preencoded")
     shapes = {n: (s.shape, s.dtype) for n, s in pre.members.items() if s.kind == "tensor"}
     assert shapes == {

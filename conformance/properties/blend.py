@@ -20,7 +20,7 @@ datasets would (unless batch/mixed_formats failed: then each blend has one forma
 
 Duplicates: a user's metadataset (``--dataset x.yaml``) whose leaves (nested YAMLs resolved, paths
 relative to each YAML) name one dataset twice (same split part and subset) fails. Energon 7.4.1 gives
-both entries the same sample stream (issue #266; measured: every blended dataset of the same shard
+both entries the same sample stream (NVIDIA/Megatron-Energon#266, github.com/NVIDIA/Megatron-Energon/issues/266; measured: every blended dataset of the same shard
 layout is shuffled with the same worker seed). For generated data the suite blends one dataset under two
 entries and records in ``details["duplicate_entry"]`` whether Energon gave them identical streams; that
 is Energon's behaviour, not the target's, so it is reported, not failed.
@@ -75,7 +75,7 @@ CLAIMS = claims_of(
         "the user's metadataset (--conformance-dataset x.yaml) lists no dataset twice",
         Harm.DATA,
         "list each dataset once and give it the summed weight (Energon 7.4.1 gives both entries the same "
-        "sample stream, issue #266)",
+        "sample stream, NVIDIA/Megatron-Energon#266)",
     ),
 )
 
@@ -389,7 +389,7 @@ def _consume(ctx: CheckContext, mds: Path, sinks: list[Path], per_worker: int) -
 
 def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | None) -> dict[str, Any]:
     """Blend one dataset (8 shards of 2, so its order is shuffled) under two entries on one process and
-    report whether Energon gave both entries the same sample stream (issue #266)."""
+    report whether Energon gave both entries the same sample stream (NVIDIA/Megatron-Energon#266)."""
     path = _dataset(ctx, encoding, schema, "blenddup", shard_size=2)
     subflavors = ctx.workspace.subflavors(path)
     mds = ctx.workspace.metadataset(
@@ -419,7 +419,7 @@ def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | N
         "identical_streams": identical,
         "compared": length,
         "note": (
-            "Energon gave both entries of the duplicated dataset the same sample stream (issue #266): a dataset "
+            "Energon gave both entries of the duplicated dataset the same sample stream (NVIDIA/Megatron-Energon#266): a dataset "
             "listed twice in a blend is sampled in identical pairs, not at twice the weight with fresh samples"
             if identical
             else "Energon gave the two entries of the duplicated dataset different sample streams"
@@ -474,7 +474,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         "duplicate_entry": duplicate,
         "summary": summary
         + (
-            " | duplicated dataset: identical streams (Energon #266)"
+            " | duplicated dataset: identical streams (NVIDIA/Megatron-Energon#266)"
             if duplicate["identical_streams"]
             else ""
         ),

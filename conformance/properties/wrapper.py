@@ -1,5 +1,5 @@
 """Property 13, the dataloader wrapper (``--wrapper``): a class that wraps a loader for Megatron's training
-loop (the guide's ``MegatronDataloaderWrapper(loader)``) iterates cyclically past the end of an epoch;
+loop (a ``MegatronDataloaderWrapper(loader)``) iterates cyclically past the end of an epoch;
 raises, instead of spinning forever, on an empty loader and on a one-shot iterable that is exhausted;
 continues exactly after ``save_state()`` / ``restore_state(state)`` (duck typed) with 0 and 2 workers, also
 when the same state object is restored twice (Energon consumes parts of the state it restores) and when
@@ -136,7 +136,7 @@ def _wrapped(ctx: CheckContext, loader: Any) -> Iterator[Any]:
 def _method(wrapper: Any, name: str) -> Any:
     method = getattr(wrapper, name, None)
     if not callable(method):
-        fail(f"the wrapper has no {name}() method: the guide's wrapper saves and restores the loader's state")
+        fail(f"the wrapper has no {name}() method: a training loop checkpoints the loader through the wrapper's save_state()/restore_state()")
     return method
 
 

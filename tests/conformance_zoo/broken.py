@@ -236,7 +236,7 @@ def cook_skips_bad_samples(sample: dict) -> DiffusionSample:
 
 @stateless
 def cook_unsafe_torch_load(sample: dict) -> DiffusionSample:
-    """The guide's cooker on Energon's old default: torch.load with weights_only=False."""
+    """The common baseline cooker on Energon's old default: torch.load with weights_only=False."""
     tensors = {
         field: torch.load(io.BytesIO(sample[member]), map_location="cpu", weights_only=False)
         for field, member in _MEMBERS.items()
@@ -261,7 +261,7 @@ def cook_accepts_decoded(sample: dict) -> DiffusionSample:
 
 
 class DefaultDecoderTaskEncoder(DefaultTaskEncoder):
-    """The guide's TaskEncoder: Energon's default SampleDecoder unpickles .pth members before cooking."""
+    """The common baseline TaskEncoder: Energon's default SampleDecoder unpickles .pth members before cooking."""
 
     decoder = SampleDecoder(image_decode="pil")
     cookers = [Cooker(cook_accepts_decoded, has_subflavors={"encoding": "preencoded"})]
@@ -303,7 +303,7 @@ class DropsLastTaskEncoder(_Base):
 
 
 class BareStackTaskEncoder(_Base):
-    """The guide's batch(): torch.stack's bare size-mismatch error names no sample."""
+    """The common baseline batch(): torch.stack's bare size-mismatch error names no sample."""
 
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:

@@ -189,7 +189,7 @@ def cook_plain_errors(sample: dict) -> dict[str, Any]:
 
 
 class PlainStackTaskEncoder(DefaultTaskEncoder):
-    """The guide's style: a bare torch.stack into a dict without __key__ or __restore_key__."""
+    """The common baseline style: a bare torch.stack into a dict without __key__ or __restore_key__."""
 
     decoder = None
     cookers = [Cooker(cook_plain_errors, has_subflavors={"encoding": "preencoded"})]

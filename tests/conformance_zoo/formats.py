@@ -167,7 +167,7 @@ def cook_nemo_raw_images(sample: dict) -> dict[str, Any]:
     }
 
 
-# --- one TaskEncoder, two formats (the guide's preencoded .pth layout and MLPerf's raw bf16 bytes) ---------
+# --- one TaskEncoder, two formats (the common preencoded .pth layout and MLPerf's raw bf16 bytes) ---------
 
 
 @dataclasses.dataclass
