@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from primus_energon.datasets.preparation import prepare_shards, write_dataset_yaml
 from primus_energon.energon_compat import key_in_shard
-from primus_energon.synthetic.preparation import prepare_with_energon, write_dataset_yaml
 
 __all__ = [
     "EXTRA_MEMBERS",
@@ -127,7 +127,7 @@ def build_probe_dataset(
                 info = tarfile.TarInfo(f"{key}.{name}")
                 info.size, info.mtime, info.mode = len(data), 0, 0o644
                 tar.addfile(info, io.BytesIO(data))
-    prepare_with_energon(out, [shard.name], ["train"])
+    prepare_shards(out, [shard.name], shard_splits=["train"])
     write_dataset_yaml(out, subflavors)
     return poisoned
 

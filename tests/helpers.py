@@ -78,7 +78,7 @@ def write_prepared_dataset(
 ) -> Path:
     """A one-shard dataset of exactly these ``(key, {member: bytes})`` samples, prepared by Energon, with
     ``dataset.yaml`` (for formats the generator does not write)."""
-    from primus_energon.synthetic.preparation import prepare_with_energon, write_dataset_yaml
+    from primus_energon.datasets.preparation import prepare_shards, write_dataset_yaml
 
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(root / "shard-000000.tar", "w", format=tarfile.GNU_FORMAT) as tar:
@@ -87,7 +87,7 @@ def write_prepared_dataset(
                 info = tarfile.TarInfo(f"{key}.{name}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
-    prepare_with_energon(root, ["shard-000000.tar"], ["train"])
+    prepare_shards(root, ["shard-000000.tar"], shard_splits=["train"])
     write_dataset_yaml(root, subflavors)
     return root
 
