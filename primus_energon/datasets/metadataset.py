@@ -27,7 +27,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,20 @@ def duplicate_leaves(leaves: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
     return pairs
 
 
+@dataclass(frozen=True)
+class _Walk:
+    """Where the traversal is: the metadataset file being read, the split read there and the top-level split
+    it serves, the share of that split (None under blend_epochized), the subflavors set by outer levels, and
+    the files passed through."""
+
+    where: Path
+    split: str
+    top_split: str
+    share: float | None
+    inherited: dict[str, Any]
+    via: list[str]
+
+
 class _Resolver:
     def __init__(self, top: Path) -> None:
         self.top = top
@@ -114,17 +128,16 @@ class _Resolver:
             return None
         return doc
 
-    def resolve_file(
-        self, path: Path, split: str, top_split: str, weight: float, inherited: dict[str, Any], via: list[str]
-    ) -> None:
-        if len(via) > _MAX_DEPTH or str(path) in via:
-            self.problem("bad-metadataset", f"{path} nests itself (via {' -> '.join(via)})", path)
+    def resolve_file(self, path: Path, split: str, at: _Walk) -> None:
+        """The ``split`` of the metadataset file ``path``, reached from ``at`` (its file, share, subflavors)."""
+        if len(at.via) > _MAX_DEPTH or str(path) in at.via:
+            self.problem("bad-metadataset", f"{path} nests itself (via {' -> '.join(at.via)})", path)
             return
         doc = self.load(path)
         if doc is None:
             return
         v2 = doc.get("__class__") == "MetadatasetV2"
-        if not via:
+        if not at.via:
             self.form = "MetadatasetV2" if v2 else "Metadataset (legacy)"
         splits = doc["splits"]
         if split not in splits:
@@ -134,12 +147,8 @@ class _Resolver:
                 path,
             )
             return
-        node = splits[split]
-        via = [*via, str(path)]
-        if v2:
-            self.node_v2(node, path, split, top_split, weight, inherited, via)
-        else:
-            self.node_v1(node, path, split, top_split, weight, inherited, via)
+        inside = replace(at, where=path, split=split, via=[*at.via, str(path)])
+        (self.node_v2 if v2 else self.node_v1)(splits[split], inside)
 
     # -- entries -------------------------------------------------------------------------------------------
     def weight_of(self, entry: dict[str, Any], key: str, where: Path) -> float | None:
@@ -156,17 +165,15 @@ class _Resolver:
     def entry(
         self,
         entry: Any,
-        where: Path,
-        split: str,
-        top_split: str,
-        share: float | None,
-        inherited: dict[str, Any],
-        via: list[str],
-        *,
-        weight: float | None,
-        repetitions: float | None = None,
+        at: _Walk,
         location: str,
+        *,
+        weight: float | None = None,
+        repetitions: float | None = None,
     ) -> None:
+        """One dataset reference (``path``, optional ``split_part``, ``subflavors``, ``subset``) written at
+        ``location``: a leaf, or a nested metadataset file to resolve."""
+        where = at.where
         if not isinstance(entry, dict) or "path" not in entry:
             self.problem("bad-metadataset", f"{where}: entry {entry!r} has no 'path'", where)
             return
@@ -179,12 +186,13 @@ class _Resolver:
         sub = dict(sub)
         if entry.get("subflavor") is not None and "__subflavor__" not in sub:
             sub = {"__subflavor__": entry["subflavor"], **sub}
-        effective = {**sub, **inherited}  # outer levels override inner ones (Energon's traversal)
+        effective = {**sub, **at.inherited}  # outer levels override inner ones (Energon's traversal)
         raw_path = Path(os.path.expanduser(str(entry["path"])))
         path = raw_path if raw_path.is_absolute() else where.parent / raw_path
-        part = str(entry.get("split_part") or split)
+        part = str(entry.get("split_part") or at.split)
         if path.is_file() and path.suffix in (".yaml", ".yml"):
-            self.resolve_file(path, part, top_split, share if share is not None else 1.0, effective, via)
+            nested = replace(at, share=at.share if at.share is not None else 1.0, inherited=effective)
+            self.resolve_file(path, part, nested)
             return
         if not (path / META_DIR).is_dir():
             what = "does not exist" if not path.exists() else "is not a prepared dataset (no .nv-meta/)"
@@ -193,156 +201,72 @@ class _Resolver:
         subset = entry.get("subset")
         self.leaves.append(
             Leaf(
-                top_split,
+                at.top_split,
                 path,
                 part,
                 weight,
-                share,
+                at.share,
                 effective,
                 repetitions=repetitions,
-                via=list(via),
+                via=list(at.via),
                 subset=None if subset is None else json.dumps(subset, sort_keys=True, default=str),
                 where=location,
             )
         )
 
-    def blend(
-        self,
-        items: Any,
-        key: str,
-        where: Path,
-        split: str,
-        top_split: str,
-        share: float,
-        inherited: dict[str, Any],
-        via: list[str],
-    ) -> None:
+    def blend(self, items: Any, key: str, at: _Walk) -> None:
+        """A weighted list (``blend``, legacy ``datasets``) or a list with repetitions (``blend_epochized``)."""
+        where = at.where
         if not isinstance(items, list) or not items:
             self.problem(
-                "bad-metadataset", f"{where}: split {split!r}: '{key}' must be a non-empty list", where
+                "bad-metadataset", f"{where}: split {at.split!r}: '{key}' must be a non-empty list", where
             )
             return
         weight_key = "repetitions" if key == "blend_epochized" else "weight"
         weights = [self.weight_of(e, weight_key, where) if isinstance(e, dict) else None for e in items]
         total = sum(w for w in weights if w is not None)
         for index, (e, w) in enumerate(zip(items, weights, strict=True)):
-            location = f"{where}: splits.{split}.{key}[{index}]"
+            location = f"{where}: splits.{at.split}.{key}[{index}]"
             if w is None and isinstance(e, dict) and "path" in e:
                 continue
-            if isinstance(e, dict) and "join" in e and "path" not in e:
-                self.join(
-                    e["join"],
-                    where,
-                    split,
-                    top_split,
-                    share * (w or 0) / total if total else None,
-                    inherited,
-                    via,
-                    location=f"{location}.join",
-                )
-                continue
             if key == "blend_epochized":
-                self.entry(
-                    e,
-                    where,
-                    split,
-                    top_split,
-                    None,
-                    inherited,
-                    via,
-                    weight=None,
-                    repetitions=w,
-                    location=location,
-                )
+                part = replace(at, share=None)
             else:
-                self.entry(
-                    e,
-                    where,
-                    split,
-                    top_split,
-                    share * (w or 0) / total if total else None,
-                    inherited,
-                    via,
-                    weight=w,
-                    location=location,
+                part = replace(
+                    at, share=at.share * (w or 0) / total if total and at.share is not None else None
                 )
+            if isinstance(e, dict) and "join" in e and "path" not in e:
+                self.join(e["join"], part, f"{location}.join")
+            elif key == "blend_epochized":
+                self.entry(e, part, location, repetitions=w)
+            else:
+                self.entry(e, part, location, weight=w)
 
-    def join(
-        self,
-        items: Any,
-        where: Path,
-        split: str,
-        top_split: str,
-        share: float | None,
-        inherited: dict[str, Any],
-        via: list[str],
-        *,
-        location: str,
-    ) -> None:
+    def join(self, items: Any, at: _Walk, location: str) -> None:
+        """Datasets read side by side: each leaf gets the join's whole share."""
         entries = list(items.values()) if isinstance(items, dict) else items
         if not isinstance(entries, list) or not entries:
-            self.problem("bad-metadataset", f"{where}: 'join' must list datasets", where)
+            self.problem("bad-metadataset", f"{at.where}: 'join' must list datasets", at.where)
             return
-        for index, e in enumerate(
-            entries
-        ):  # joined datasets are read side by side: each gets the whole share
-            self.entry(
-                e,
-                where,
-                split,
-                top_split,
-                share,
-                inherited,
-                via,
-                weight=None,
-                location=f"{location}[{index}]",
-            )
+        for index, e in enumerate(entries):
+            self.entry(e, at, f"{location}[{index}]")
 
-    def node_v2(
-        self,
-        node: Any,
-        where: Path,
-        split: str,
-        top_split: str,
-        share: float,
-        inherited: dict[str, Any],
-        via: list[str],
-    ) -> None:
+    def node_v2(self, node: Any, at: _Walk) -> None:
+        where, split = at.where, at.split
         if not isinstance(node, dict):
             self.problem("bad-metadataset", f"{where}: split {split!r} must be a mapping", where)
             return
         sub = node.get("subflavors") if ("blend" in node or "blend_epochized" in node) else None
         if isinstance(sub, dict):
-            inherited = {**sub, **inherited}
+            at = replace(at, inherited={**sub, **at.inherited})
         if "blend" in node:
-            self.blend(node["blend"], "blend", where, split, top_split, share, inherited, via)
+            self.blend(node["blend"], "blend", at)
         elif "blend_epochized" in node:
-            self.blend(
-                node["blend_epochized"], "blend_epochized", where, split, top_split, share, inherited, via
-            )
+            self.blend(node["blend_epochized"], "blend_epochized", at)
         elif "join" in node:
-            self.join(
-                node["join"],
-                where,
-                split,
-                top_split,
-                share,
-                inherited,
-                via,
-                location=f"{where}: splits.{split}.join",
-            )
+            self.join(node["join"], at, f"{where}: splits.{split}.join")
         elif "path" in node:
-            self.entry(
-                node,
-                where,
-                split,
-                top_split,
-                share,
-                inherited,
-                via,
-                weight=None,
-                location=f"{where}: splits.{split}",
-            )
+            self.entry(node, at, f"{where}: splits.{split}")
         elif "datasets" in node:
             self.problem(
                 "bad-metadataset",
@@ -357,16 +281,8 @@ class _Resolver:
                 where,
             )
 
-    def node_v1(
-        self,
-        node: Any,
-        where: Path,
-        split: str,
-        top_split: str,
-        share: float,
-        inherited: dict[str, Any],
-        via: list[str],
-    ) -> None:
+    def node_v1(self, node: Any, at: _Walk) -> None:
+        where, split = at.where, at.split
         if not isinstance(node, dict) or "datasets" not in node:
             extra = (
                 " (that is the MetadatasetV2 form: set __class__: MetadatasetV2)"
@@ -375,7 +291,7 @@ class _Resolver:
             )
             self.problem("bad-metadataset", f"{where}: split {split!r} has no 'datasets:' list{extra}", where)
             return
-        self.blend(node["datasets"], "datasets", where, split, top_split, share, inherited, via)
+        self.blend(node["datasets"], "datasets", at)
 
 
 def resolve_metadataset(path: str | os.PathLike[str]) -> tuple[str, list[Leaf], list[Problem]]:
@@ -389,7 +305,7 @@ def resolve_metadataset(path: str | os.PathLike[str]) -> tuple[str, list[Leaf], 
     if doc is None:
         return r.form, r.leaves, r.problems
     for split in doc["splits"]:
-        r.resolve_file(top, str(split), str(split), 1.0, {}, [])
+        r.resolve_file(top, str(split), _Walk(top, str(split), str(split), 1.0, {}, []))
     for first, leaf in duplicate_leaves(r.leaves):
         same = leaf.subflavors == first.subflavors
         r.problems.append(
