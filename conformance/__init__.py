@@ -42,22 +42,14 @@ __all__ = [
     "resolve_target",
 ]
 
-_WHERE = {
-    "check_cooker": "api",
-    "check_task_encoder": "api",
-    "check_wrapper": "api",
-    "Claim": "claims",
-    "ClaimResult": "claims",
-    "Harm": "claims",
-    "PROFILES": "profiles",
-    "Profile": "profiles",
-    "PROPERTIES": "properties",
-    "Property": "properties",
-    "PropertyResult": "results",
-    "PropertyFailure": "results",
-    "PropertySkipped": "results",
-    "Target": "target",
-    "resolve_target": "target",
+#: The public names of each submodule; a name loads its module on first use.
+_EXPORTS = {
+    "api": ("check_cooker", "check_task_encoder", "check_wrapper"),
+    "claims": ("Claim", "ClaimResult", "Harm"),
+    "profiles": ("PROFILES", "Profile"),
+    "properties": ("PROPERTIES", "Property"),
+    "results": ("PropertyResult", "PropertyFailure", "PropertySkipped"),
+    "target": ("Target", "resolve_target"),
 }
 
 if TYPE_CHECKING:
@@ -68,4 +60,4 @@ if TYPE_CHECKING:
     from .results import PropertyFailure, PropertyResult, PropertySkipped
     from .target import Target, resolve_target
 
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -68,50 +68,46 @@ __all__ = [
     "__version__",
 ]
 
-#: Where each public name lives; its module is imported on first use (see :mod:`primus_energon._lazy`).
-_WHERE = {
-    "sample_keys": "batching",
-    "stack_field": "batching",
-    "PREENCODED_CAPTION_MEMBER": "cookers",
-    "PREENCODED_TENSOR_MEMBERS": "cookers",
-    "RAW_IMAGE_MEMBERS": "cookers",
-    "RAW_TEXT_MEMBER": "cookers",
-    "cook_preencoded_diffusion": "cookers",
-    "cook_preencoded_diffusion_zero_copy": "cookers",
-    "cook_raw_images": "cookers",
-    "EnergonDataloader": "dataloader",
-    "MegatronDataloaderWrapper": "dataloader",
-    "cyclic_iter": "dataloader",
-    "SafeSampleDecoder": "decoding",
-    "UnsafeMemberError": "decoding",
-    "BatchError": "errors",
-    "BatchShapeError": "errors",
-    "CaptionDecodeError": "errors",
-    "EmptyDataloaderError": "errors",
-    "MissingMemberError": "errors",
-    "PayloadDecodeError": "errors",
-    "SampleError": "errors",
-    "get_loader": "loader",
-    "resolve_rank": "loader",
-    "decode_text": "payloads",
-    "load_image": "payloads",
-    "load_tensor": "payloads",
-    "PickleFormatError": "safepickle",
-    "UnsafePickleError": "safepickle",
-    "safe_loads": "safepickle",
-    "DiffusionSample": "sample",
-    "PREENCODED_COOKER": "task_encoders",
-    "PREENCODED_ZERO_COPY_COOKER": "task_encoders",
-    "RAW_COOKER": "task_encoders",
-    "REFERENCE_COOKERS": "task_encoders",
-    "EncodedDiffusionTaskEncoder": "task_encoders",
-    "MultiFormatTaskEncoder": "task_encoders",
-    "RawDiffusionTaskEncoder": "task_encoders",
-    "SafeDecodingTaskEncoder": "task_encoders",
-    "batch_preencoded": "task_encoders",
-    "batch_raw": "task_encoders",
-    "TensorFileError": "tensorfile",
-    "read_tensor": "tensorfile",
+#: The public names of each submodule; its module is imported on first use (see :mod:`primus_energon._lazy`).
+_EXPORTS = {
+    "batching": ("sample_keys", "stack_field"),
+    "cookers": (
+        "PREENCODED_CAPTION_MEMBER",
+        "PREENCODED_TENSOR_MEMBERS",
+        "RAW_IMAGE_MEMBERS",
+        "RAW_TEXT_MEMBER",
+        "cook_preencoded_diffusion",
+        "cook_preencoded_diffusion_zero_copy",
+        "cook_raw_images",
+    ),
+    "dataloader": ("EnergonDataloader", "MegatronDataloaderWrapper", "cyclic_iter"),
+    "decoding": ("SafeSampleDecoder", "UnsafeMemberError"),
+    "errors": (
+        "BatchError",
+        "BatchShapeError",
+        "CaptionDecodeError",
+        "EmptyDataloaderError",
+        "MissingMemberError",
+        "PayloadDecodeError",
+        "SampleError",
+    ),
+    "loader": ("get_loader", "resolve_rank"),
+    "payloads": ("decode_text", "load_image", "load_tensor"),
+    "safepickle": ("PickleFormatError", "UnsafePickleError", "safe_loads"),
+    "sample": ("DiffusionSample",),
+    "task_encoders": (
+        "PREENCODED_COOKER",
+        "PREENCODED_ZERO_COPY_COOKER",
+        "RAW_COOKER",
+        "REFERENCE_COOKERS",
+        "EncodedDiffusionTaskEncoder",
+        "MultiFormatTaskEncoder",
+        "RawDiffusionTaskEncoder",
+        "SafeDecodingTaskEncoder",
+        "batch_preencoded",
+        "batch_raw",
+    ),
+    "tensorfile": ("TensorFileError", "read_tensor"),
 }
 
 if TYPE_CHECKING:
@@ -154,4 +150,4 @@ if TYPE_CHECKING:
     )
     from .tensorfile import TensorFileError, read_tensor
 
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,17 +6,18 @@ is used."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, where: Mapping[str, str]
+    package: str, modules: Mapping[str, Iterable[str]]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package`` whose public name ``N`` lives in submodule
-    ``where[N]`` (relative to the package, without the dot). A resolved name is cached in the package."""
+    """``__getattr__`` and ``__dir__`` for ``package``, whose submodule ``M`` (relative to the package,
+    without the dot) holds the public names ``modules[M]``. A resolved name is cached in the package."""
+    where = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)

@@ -43,30 +43,28 @@ __all__ = [
     "write_metadataset",
 ]
 
-#: Where each public name lives; loaded on first use, so `primus-synth --help` stays fast (generate_dataset
+#: The public names of each submodule; loaded on first use, so `primus-synth --help` stays fast (generate_dataset
 #: pulls in torch and Energon).
-_WHERE = {
-    "BytesSpec": "schema",
-    "FAULT_KINDS": "faults",
-    "FaultRecord": "manifest",
-    "ImageSpec": "schema",
-    "JsonSpec": "schema",
-    "Manifest": "manifest",
-    "MemberRecord": "manifest",
-    "NpySpec": "schema",
-    "PickleSpec": "schema",
-    "SampleRecord": "manifest",
-    "Schema": "schema",
-    "ShardRecord": "manifest",
-    "SyntheticError": "errors",
-    "TensorSpec": "schema",
-    "TextSpec": "schema",
-    "builtin_schema": "schema",
-    "example_schemas": "schema",
-    "generate_dataset": "generate",
-    "harmonised": "schema",
-    "load_schema": "schema",
-    "write_metadataset": "metadataset",
+_EXPORTS = {
+    "schema": (
+        "BytesSpec",
+        "ImageSpec",
+        "JsonSpec",
+        "NpySpec",
+        "PickleSpec",
+        "Schema",
+        "TensorSpec",
+        "TextSpec",
+        "builtin_schema",
+        "example_schemas",
+        "harmonised",
+        "load_schema",
+    ),
+    "faults": ("FAULT_KINDS",),
+    "manifest": ("FaultRecord", "Manifest", "MemberRecord", "SampleRecord", "ShardRecord"),
+    "errors": ("SyntheticError",),
+    "generate": ("generate_dataset",),
+    "metadataset": ("write_metadataset",),
 }
 
 if TYPE_CHECKING:
@@ -90,4 +88,4 @@ if TYPE_CHECKING:
         load_schema,
     )
 
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

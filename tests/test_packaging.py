@@ -71,3 +71,26 @@ def test_entry_points_name_installed_modules(wheel: zipfile.ZipFile) -> None:
     assert "primus_energon_conformance = primus_energon.conformance.plugin" in text
     assert "primus-synth = primus_energon.synthetic.cli:main" in text
     assert "primus-energon = primus_energon.__main__:main" in text
+
+
+LAZY_PACKAGES = (
+    "primus_energon",
+    "primus_energon.datasets",
+    "primus_energon.conformance",
+    "primus_energon.synthetic",
+)
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_every_public_name_is_exported_lazily_and_resolves(package: str) -> None:
+    """``__all__`` and the lazy export table name the same things, and each resolves to its module's object."""
+    import importlib
+
+    module = importlib.import_module(package)
+    exported = {name: sub for sub, names in module._EXPORTS.items() for name in names}
+    assert set(module.__all__) - {"__version__"} == set(exported)
+    for name, sub in exported.items():
+        assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{sub}"), name)
+        assert name in dir(module)
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018

@@ -42,25 +42,15 @@ __all__ = [
     "validate_path",
 ]
 
-_WHERE = {
-    "CODES": "problems",
-    "Problem": "problems",
-    "DatasetReport": "report",
-    "LeafReport": "report",
-    "MetadatasetReport": "report",
-    "REPORT_VERSION": "report",
-    "render_summary": "report",
-    "ValidationError": "validate",
-    "validate_dataset": "validate",
-    "validate_path": "validate",
-    "validate_metadataset": "metadataset",
-    "resolve_metadataset": "metadataset",
-    "FinalizeError": "finalize",
-    "finalize_dataset": "finalize",
-    "parse_split": "finalize",
-    "DatasetInfo": "info",
-    "dataset_info": "info",
-    "preview_dataset": "preview",
+#: The public names of each submodule; a name loads its module on first use.
+_EXPORTS = {
+    "problems": ("CODES", "Problem"),
+    "report": ("DatasetReport", "LeafReport", "MetadatasetReport", "REPORT_VERSION", "render_summary"),
+    "validate": ("ValidationError", "validate_dataset", "validate_path"),
+    "metadataset": ("validate_metadataset", "resolve_metadataset"),
+    "finalize": ("FinalizeError", "finalize_dataset", "parse_split"),
+    "info": ("DatasetInfo", "dataset_info"),
+    "preview": ("preview_dataset",),
 }
 
 if TYPE_CHECKING:
@@ -73,4 +63,4 @@ if TYPE_CHECKING:
     from .validate import ValidationError, validate_dataset, validate_path
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
