@@ -126,3 +126,19 @@ def gpu_benchmark(session: nox.Session) -> None:
     needs a CUDA build of torch; skips, with the reason, where torch sees no GPU."""
     Path("reports/benchmarks").mkdir(parents=True, exist_ok=True)
     session.run("python", "-m", "benchmarks.gpu", "--json", "reports/benchmarks/gpu.json", *session.posargs)
+
+
+@nox.session(python="3.11")
+def conformance_speed(session: nox.Session) -> None:
+    """Wall seconds of the conformance suite on each of the zoo's correct targets, ci and quick profiles,
+    against the speed targets (median 45 s / 20 s per target); results in reports/benchmarks/. Extra
+    arguments go to `python -m benchmarks.bench_conformance` (e.g. `-- --profile quick`)."""
+    _install(session)
+    session.run(
+        "python",
+        "-m",
+        "benchmarks.bench_conformance",
+        "--out",
+        "reports/benchmarks/conformance_speed.json",
+        *session.posargs,
+    )

@@ -1,15 +1,17 @@
 """Throughput of `primus_energon.datasets.validate_dataset` beside a raw read of the same shards, in the same run.
 
-    python benchmarks/bench_validate.py                          # guide-sized preencoded, workers 1 and 2
+    python benchmarks/bench_validate.py                          # 'guide' preset, workers 1 and 2
     python benchmarks/bench_validate.py --preset flux --samples 64 --workers 1,2,4,8 --min-ratio 0.25
 
-Presets (float32 unless --dtype): ``guide`` = the integration guide's layout, latents [64, 32, 32],
-prompt_embeds [77, 4096], pooled [768] (about 1.5 MB a sample); ``flux`` = bf16 latents [16, 64, 64],
-prompt_embeds [512, 4096], pooled [768] (about 4.3 MB a sample); ``small`` = [16, 32, 32], [77, 256], [768].
+Presets (float32 unless --dtype; the shapes of ``primus_energon.formats.SIZES``): ``guide`` = latents
+[64, 32, 32], prompt_embeds [77, 4096], pooled [768] (about 1.5 MB a sample); ``flux`` = bf16 latents
+[16, 64, 64], prompt_embeds [512, 4096], pooled [768] (about 4.3 MB a sample); ``small`` = [16, 32, 32],
+[77, 256], [768].
 
 Per pass, with the shards in the page cache (a raw read warms them first):
 
-* raw read: every shard read sequentially with ``readinto`` a reused 1 MiB buffer (the I/O floor);
+* raw read: one pass of :func:`primus_energon.rawread.read_once`, every shard read in order with
+  ``readinto`` one reused buffer (the I/O floor);
 * validate: the whole ``validate_dataset(workers=W)`` call (metadata, every member decoded and checked,
   whole-dataset analysis), once per worker count. The forkserver is started before timing (a warm-up call).
 
@@ -33,17 +35,10 @@ from pathlib import Path
 
 from primus_energon.datasets.validate import validate_dataset
 from primus_energon.formats import SIZE_DTYPES, SIZES
+from primus_energon.rawread import read_buffer, read_once
 from primus_energon.synthetic import generate_dataset
 
 PRESETS = {name: (dict(SIZES[name]), SIZE_DTYPES[name]) for name in ("guide", "flux", "small")}
-
-
-def raw_read(paths: list[Path]) -> None:
-    buf = bytearray(1 << 20)
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             f"(generated in {time.perf_counter() - t0:.1f} s); {len(os.sched_getaffinity(0))} usable CPUs",
             flush=True,
         )
-        raw_read(shards)  # page cache
+        buffer = read_buffer(shards)
+        read_once(shards, buffer)  # page cache
         warm = validate_dataset(root, workers=max(workers))  # imports, forkserver start
         if not warm.ok:
             print(
@@ -106,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             for w in workers:
                 t = time.perf_counter()
-                raw_read(shards)
+                read_once(shards, buffer)
                 raw_s = time.perf_counter() - t
                 raw_times.append(raw_s)
                 t = time.perf_counter()

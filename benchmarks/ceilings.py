@@ -1,7 +1,7 @@
 """The physical limits measured beside the pipelines, and the decode cost of one member in each format.
 
-* :func:`raw_read`: sequential read of the shard files, ``readinto`` one reused buffer (page cache warm:
-  the harness reads every shard once before timing). No loader reads its input faster.
+* :func:`raw_read`: the raw read of :mod:`primus_energon.rawread` (every shard file read in order,
+  ``readinto`` one reused buffer, page cache warm). No loader reads its input faster.
 * :func:`memcpy`: a single-core copy of as many bytes as the shards hold (``numpy.copyto`` from one
   shard-sized buffer into another, shard by shard). A pipeline that copies every byte once more than it
   must pays about this much again.
@@ -16,13 +16,14 @@ from __future__ import annotations
 import io
 import statistics
 import tarfile
-import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from primus_energon.rawread import time_reads, timed_passes
 
 if TYPE_CHECKING:  # torch is imported where it is needed, so that raw_read and memcpy start fast
     import torch
@@ -47,34 +48,15 @@ def shard_paths(path: Path) -> list[Path]:
 
 
 GB = 1e9
-
-
-def _passes(one_pass: Callable[[], int], passes: int, min_seconds: float) -> list[float]:
-    """Seconds of each timed pass (after one untimed pass); at least ``passes`` and ``min_seconds`` in all."""
-    one_pass()
-    times: list[float] = []
-    started = time.perf_counter()
-    while len(times) < passes or (time.perf_counter() - started < min_seconds and len(times) < 200):
-        t0 = time.perf_counter()
-        one_pass()
-        times.append(time.perf_counter() - t0)
-    return times
+#: Timed passes of a ceiling at the most (more than ``passes`` only while under ``min_seconds``).
+MAX_PASSES = 200
 
 
 def raw_read(shards: list[Path], passes: int = 5, min_seconds: float = 0.5) -> dict[str, Any]:
-    """Sequential ``readinto`` of every shard into one reused buffer; per-pass seconds and the bytes per pass."""
-    sizes = [s.stat().st_size for s in shards]
-    buffer = memoryview(bytearray(min(max(sizes), 1 << 24)))
-
-    def one_pass() -> int:
-        read = 0
-        for shard in shards:
-            with open(shard, "rb", buffering=0) as handle:
-                while n := handle.readinto(buffer):
-                    read += n
-        return read
-
-    return {"seconds": _passes(one_pass, passes, min_seconds), "bytes_per_pass": sum(sizes)}
+    """The raw read of ``shards`` (:func:`primus_energon.rawread.time_reads`, at most 200 passes); per-pass
+    seconds and the bytes per pass."""
+    measured = time_reads(shards, min_passes=passes, min_seconds=min_seconds, max_passes=MAX_PASSES)
+    return {"seconds": list(measured.seconds), "bytes_per_pass": measured.bytes_per_pass}
 
 
 def memcpy(shards: list[Path], passes: int = 5, min_seconds: float = 0.5) -> dict[str, Any]:
@@ -88,7 +70,8 @@ def memcpy(shards: list[Path], passes: int = 5, min_seconds: float = 0.5) -> dic
             np.copyto(target[:size], source[:size])
         return sum(sizes)
 
-    return {"seconds": _passes(one_pass, passes, min_seconds), "bytes_per_pass": sum(sizes)}
+    seconds = timed_passes(one_pass, passes, min_seconds, MAX_PASSES)
+    return {"seconds": seconds, "bytes_per_pass": sum(sizes)}
 
 
 def pinned_h2d(nbytes: int, repeats: int = 20, device: str = "cuda") -> dict[str, float]:

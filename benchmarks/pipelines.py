@@ -11,10 +11,11 @@ Every pipeline reads the same generated shards and yields batches of ``batch_siz
   (tensors own their memory; the stack copies them again): what zero-copy cooking gains;
 * ``reference_uncached`` (diagnostic): the reference with ``read_tensor(cache=False)``: what the layout
   cache gains;
-* ``guide``: the integration guide's TaskEncoder: Energon's default ``SampleDecoder`` decodes ``.pth``
-  members by unpickling them, the guide's cooker, and a ``batch()`` that stacks the three tensors. The
-  default decoder runs code from a shard, so this pipeline exists only to be measured on the
-  benchmark's own freshly generated shards (see :class:`GuideTaskEncoderUnsafe`);
+* ``guide``: the baseline TaskEncoder a straightforward Energon integration writes: Energon's default
+  ``SampleDecoder`` decodes ``.pth`` members by unpickling them, a cooker that reads the decoded members
+  into a ``DiffusionSample`` (:func:`cook_guide`), and a ``batch()`` that ``torch.stack``-s the three
+  tensors. The default decoder runs code from a shard, so this pipeline exists only to be measured on
+  the benchmark's own freshly generated shards (see :class:`GuideTaskEncoderUnsafe`);
 * ``webdataset``: plain ``webdataset.WebDataset(...).decode().to_tuple(...).batched(...)`` in a
   ``DataLoader``; its default ``.pth`` handler unpickles too (own shards only, as above);
 * ``tarfile``: Python's ``tarfile`` in stream mode, ``torch.load(weights_only=True)`` per tensor member,
@@ -22,7 +23,7 @@ Every pipeline reads the same generated shards and yields batches of ``batch_siz
 
 The Energon pipelines use the loader factory's settings (whatever :func:`primus_energon.get_loader`
 defaults to, plus the ``settings`` of a sweep); the guide pipeline uses Energon's stock
-``get_savable_loader`` settings, as the guide does.
+``get_savable_loader`` settings (:data:`ENERGON_STOCK_SETTINGS`), as that baseline does.
 """
 
 from __future__ import annotations
@@ -227,8 +228,8 @@ class CopyingTaskEncoder(EncodedDiffusionTaskEncoder):
 
 @stateless
 def cook_guide(sample: dict) -> DiffusionSample:
-    """The integration guide's cooker: members arrive decoded by Energon's default decoder; bytes that did
-    not are read with ``torch.load`` (weights-only, torch's default)."""
+    """The baseline's cooker: members arrive decoded by Energon's default decoder; bytes that did not are
+    read with ``torch.load`` (weights-only, torch's default)."""
 
     def load(value: Any) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
@@ -247,7 +248,8 @@ def cook_guide(sample: dict) -> DiffusionSample:
 
 
 class GuideTaskEncoderUnsafe(DefaultTaskEncoder):
-    """UNSAFE, benchmark-only: the guide's TaskEncoder, with Energon's default ``SampleDecoder``.
+    """UNSAFE, benchmark-only: the baseline TaskEncoder (the ``guide`` pipeline), with Energon's default
+    ``SampleDecoder``.
 
     That decoder hands ``.pth`` members to webdataset's handler, which unpickles them (it runs code from a
     shard). It is used here only on shards this benchmark has just generated itself, to measure
@@ -259,7 +261,7 @@ class GuideTaskEncoderUnsafe(DefaultTaskEncoder):
 
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> dict[str, torch.Tensor]:
-        """As the guide: ``torch.stack`` of each tensor field; captions and keys are dropped."""
+        """``torch.stack`` of each tensor field; captions and keys are dropped."""
         return {
             "latents": torch.stack([s.latents for s in samples]),
             "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]),
@@ -431,7 +433,8 @@ PIPELINES: dict[str, Pipeline] = {
         ),
         Pipeline(
             "guide",
-            "the guide's TaskEncoder with Energon's default decoder (unpickles; own shards only), stock loader",
+            "baseline TaskEncoder: Energon's default decoder (unpickles; own shards only), a cooker of the "
+            "decoded members, torch.stack batch(), stock loader",
             _energon(GuideTaskEncoderUnsafe, stock=True),
         ),
         Pipeline(

@@ -1,5 +1,6 @@
-"""Smoke test of the throughput benchmarks: the harness runs end to end in ``--quick`` mode on tiny data
-and writes valid JSON; the GPU session skips with a reason where there is no GPU. No timing is asserted."""
+"""Smoke test of the benchmarks: the throughput harness runs end to end in ``--quick`` mode on tiny data
+and writes valid JSON; the GPU session skips with a reason where there is no GPU; the conformance-speed
+benchmark writes its summary for one target. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -73,3 +74,28 @@ def test_gpu_session_skips_with_a_reason_without_cuda(tmp_path: Path) -> None:
     assert "SKIPPED" in done.stdout
     result = json.loads(out.read_text())
     assert result["skipped"] is True and "cuda" in result["reason"].lower()
+
+
+@pytest.mark.slow
+def test_conformance_speed_benchmark_writes_its_summary(tmp_path: Path) -> None:
+    """One fast zoo target in the quick profile: the JSON has a run record, the profile's median against its
+    limit, a target verdict and the machine; a markdown table beside it. No timing is asserted."""
+    out = tmp_path / "speed.json"
+    command = [
+        sys.executable, "-m", "benchmarks.bench_conformance", "--profile", "quick", "--targets", "PlainWrapper",
+        "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), f"benchmark failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    report = json.loads(out.read_text())
+    assert out.with_suffix(".md").is_file()
+    (run,) = report["runs"]
+    assert run["profile"] == "quick" and run["spec"] == "tests.conformance_zoo.wrappers:PlainWrapper"
+    assert run["completed"] is True and isinstance(run["seconds"], float)
+    assert {"exit_status", "passed", "outcome", "command"} <= run.keys()
+    quick = report["profiles"]["quick"]
+    assert quick["runs"] == quick["completed"] == 1 and quick["limit_s"] == 20.0
+    assert {"median_s", "min_s", "max_s", "met"} <= quick.keys()
+    (target,) = report["targets"]
+    assert target["profile"] == "quick" and target["limit_s"] == 20.0 and "met" in target
+    assert report["machine"]["cpus_usable"] >= 1 and "errors" in report

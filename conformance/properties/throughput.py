@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from primus_energon.rawread import time_reads
+
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, matching_cooker, take, target_call, worker_context
@@ -44,9 +46,10 @@ SHARD_SIZE = 16
 BATCH_SIZE = 8
 EPOCHS = 2
 COOK_PASSES = 5
-#: raw read: at least this many passes and this many seconds, whichever takes longer (capped at 50 passes)
+#: raw read: at least this many passes and this many seconds, whichever takes longer, at most RAW_MAX_PASSES
 RAW_MIN_PASSES = 3
 RAW_MIN_SECONDS = 0.2
+RAW_MAX_PASSES = 50
 MB = 1e6
 
 
@@ -64,30 +67,16 @@ def _member_bytes(shards: list[Path]) -> int:
 
 
 def _raw_read(shards: list[Path]) -> dict[str, float]:
-    """Sequential read of the shard files into one reused buffer; the first pass warms the page cache."""
-    size = max(shard.stat().st_size for shard in shards)
-    buffer = bytearray(min(size, 1 << 24) or 1)
-    view = memoryview(buffer)
-
-    def one_pass() -> int:
-        read = 0
-        for shard in shards:
-            with open(shard, "rb", buffering=0) as handle:
-                while True:
-                    n = handle.readinto(view)
-                    if not n:
-                        break
-                    read += n
-        return read
-
-    one_pass()
-    passes, read = 0, 0
-    started = time.perf_counter()
-    while passes < 50 and (passes < RAW_MIN_PASSES or time.perf_counter() - started < RAW_MIN_SECONDS):
-        read += one_pass()
-        passes += 1
-    seconds = time.perf_counter() - started
-    return {"mb_per_s": read / MB / seconds, "passes": passes, "file_mb": read / passes / MB}
+    """Raw read of the shard files (:mod:`primus_energon.rawread`; its first, untimed pass warms the page
+    cache): MB/s over the timed passes, their number, and the MB one pass reads."""
+    measured = time_reads(
+        shards, min_passes=RAW_MIN_PASSES, min_seconds=RAW_MIN_SECONDS, max_passes=RAW_MAX_PASSES
+    )
+    return {
+        "mb_per_s": measured.bytes_per_s / MB,
+        "passes": len(measured.seconds),
+        "file_mb": measured.bytes_per_pass / MB,
+    }
 
 
 def _cook_time(ctx: CheckContext, crude: list[dict[str, Any]], cookers: list) -> float:
