@@ -23,6 +23,9 @@ class Profile:
     resume_draws: int
     #: world sizes checked in-process by the sharding property
     world_sizes: tuple[int, ...] = (2, 4)
+    #: the effect (Cohen's w) the blend property's chi-square test has 99% power against; the draws it
+    #: needs grow as 1/w**2, so this is where a profile trades the test's sensitivity for time
+    blend_effect: float = 0.05
     derandomize: bool = True
     #: shrink a failing example to a minimal one (slow: every shrink step cooks again)
     shrink: bool = False
@@ -43,9 +46,11 @@ class Profile:
 
 
 PROFILES = {
-    "quick": Profile("quick", max_examples=10, blends=1, resume_draws=0),
-    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1),
-    "thorough": Profile("thorough", max_examples=200, blends=4, resume_draws=6, shrink=True),
+    "quick": Profile("quick", max_examples=10, blends=1, resume_draws=0, world_sizes=(2,), blend_effect=0.15),
+    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.07),
+    "thorough": Profile(
+        "thorough", max_examples=200, blends=4, resume_draws=6, shrink=True, blend_effect=0.05
+    ),
 }
 
 

@@ -6,12 +6,14 @@ statistics at the real N are tested in test_conformance_stats.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.profiles import PROFILES
 from primus_energon.conformance.properties import blend
 from primus_energon.conformance.results import PropertyResult
 from primus_energon.conformance.stats import required_n
@@ -29,8 +31,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Power against w = 0.2 instead of 0.05: 16x fewer draws (the broken targets deviate by w > 0.3)."""
-    monkeypatch.setattr(blend, "EFFECT", 0.2)
+    """Power against w = 0.2 instead of the ci profile's 0.07: 8x fewer draws (the broken targets deviate
+    by w > 0.3)."""
+    monkeypatch.setitem(PROFILES, "ci", dataclasses.replace(PROFILES["ci"], blend_effect=0.2))
 
 
 def _blend(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
@@ -39,8 +42,13 @@ def _blend(kind: str, target: object, workdir: Path, **options: object) -> Prope
     return result
 
 
-def test_issue_parameters() -> None:
-    assert (blend.ALPHA, blend.POWER, blend.EFFECT) == (1e-6, 0.99, 0.05)
+def test_statistical_parameters() -> None:
+    assert (blend.ALPHA, blend.POWER) == (1e-6, 0.99)
+    assert {name: p.blend_effect for name, p in PROFILES.items()} == {
+        "quick": 0.15,
+        "ci": 0.07,
+        "thorough": 0.05,
+    }
     assert (blend.WORLD_SIZE, blend.NUM_WORKERS) == (2, 2)
 
 

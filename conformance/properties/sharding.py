@@ -39,7 +39,8 @@ CLAIMS = claims_of(
     "sharding",
     (
         "in_process",
-        "for world sizes 2 and 4 (and 2 workers), one epoch over all ranks delivers every sample exactly once",
+        "for the profile's world sizes (2 and 4; quick: 2) and 2 workers, one epoch over all ranks delivers "
+        "every sample exactly once",
         Harm.DATA,
         "Energon shards by rank and worker itself: do not drop samples by rank (no manual sharding on top), "
         "do not change the worker config, do not fail or skip samples",
