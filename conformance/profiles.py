@@ -23,6 +23,8 @@ class Profile:
     resume_draws: int
     #: world sizes checked in-process by the sharding property
     world_sizes: tuple[int, ...] = (2, 4)
+    #: num_workers values the determinism property compares fresh processes at
+    determinism_workers: tuple[int, ...] = (0, 1, 2)
     #: the effect (Cohen's w) the blend property's chi-square test has 99% power against; the draws it
     #: needs grow as 1/w**2, so this is where a profile trades the test's sensitivity for time
     blend_effect: float = 0.05
@@ -46,7 +48,15 @@ class Profile:
 
 
 PROFILES = {
-    "quick": Profile("quick", max_examples=10, blends=1, resume_draws=0, world_sizes=(2,), blend_effect=0.15),
+    "quick": Profile(
+        "quick",
+        max_examples=10,
+        blends=1,
+        resume_draws=0,
+        world_sizes=(2,),
+        determinism_workers=(0, 2),
+        blend_effect=0.15,
+    ),
     "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.07),
     "thorough": Profile(
         "thorough", max_examples=200, blends=4, resume_draws=6, shrink=True, blend_effect=0.05

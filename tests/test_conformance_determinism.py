@@ -46,10 +46,11 @@ def test_reference_targets_pass(kind: str, spec: str, workdir: Path) -> None:
     assert result.verdicts() == {"determinism/fresh_processes": "pass", "determinism/seed": "pass"}
     datasets = result.details["datasets"]
     assert datasets == (2 if "MultiFormat" in spec else 1)
-    # Every batch of every worker count of every dataset was compared, for each claim.
+    # Every batch of every worker count of every dataset was compared, for each claim (quick: 0 and 2
+    # workers; ci and thorough also 1).
+    assert result.details["workers"] == [0, 2]
     for claim_id in ("determinism/fresh_processes", "determinism/seed"):
-        assert result.claim(claim_id).examined == datasets * 3 * 6, claim_id
-    assert result.details["workers"] == [0, 1, 2]
+        assert result.claim(claim_id).examined == datasets * 2 * 6, claim_id
     assert set(result.details["child_seconds"]) == {"a", "b"}
 
 

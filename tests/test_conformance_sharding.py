@@ -31,8 +31,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sharding(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
+    # ci: world sizes 2 and 4 (quick checks 2 only)
     check = check_cooker if kind == "cooker" else check_task_encoder
-    (result,) = check(target, properties=["sharding"], profile="quick", workdir=workdir, **options)
+    (result,) = check(target, properties=["sharding"], profile="ci", workdir=workdir, **options)
     return result
 
 

@@ -1,6 +1,6 @@
 """Property 5, determinism across fresh processes: two new processes with different ``PYTHONHASHSEED`` and
 the same seed deliver identical batches (keys and the bytes of every tensor and field), and another seed
-changes the order; for 0, 1 and 2 workers.
+changes the order; for 0, 1 and 2 workers (the profile's ``determinism_workers``).
 
 Two children (``python -m primus_energon.conformance.runner determinism``, :func:`run_child` below) run
 concurrently: seed S with
@@ -33,7 +33,7 @@ CLAIMS = claims_of(
     (
         "fresh_processes",
         "two fresh processes (different PYTHONHASHSEED) with the same seed deliver identical batches, for 0, "
-        "1 and 2 workers",
+        "1 and 2 workers (quick: 0 and 2)",
         Harm.DETERMINISM,
         "a cooked sample must depend only on the sample and the loader's seed: not on hash() of str/bytes, "
         "the process id, the time, or an unseeded RNG (draw augmentation in @stateless(restore_seeds=True))",
@@ -46,14 +46,13 @@ CLAIMS = claims_of(
     ),
 )
 
-WORKERS = (0, 1, 2)
 BATCHES = 6
 BATCH_SIZE = 4
 
 
 def _children(ctx: CheckContext, datasets: list[Path], tmp: Path) -> dict[str, tuple[Child, Path]]:
     base = child_target_args(ctx.target)
-    common = ["--workers", ",".join(map(str, WORKERS)), "--batches", str(BATCHES)]
+    common = ["--workers", ",".join(map(str, ctx.profile.determinism_workers)), "--batches", str(BATCHES)]
     common += ["--batch-size", str(BATCH_SIZE)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
@@ -134,7 +133,7 @@ def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other
 def _compare_runs(claim: Any, first: dict, second: dict, ctx: CheckContext, compare: Any) -> None:
     """``compare`` every (dataset, worker count) of two runs; each problem goes to ``claim``."""
     for dataset in first:
-        for nw in WORKERS:
+        for nw in ctx.profile.determinism_workers:
             claim.examined(len(first[dataset][str(nw)]["batches"]))
             problem = compare(ctx, dataset, nw, first[dataset][str(nw)], second[dataset][str(nw)])
             if problem:
@@ -185,7 +184,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         _compare_runs(claim, a, other, ctx, _compare_other_seed)
     return {
         "datasets": len(datasets),
-        "workers": list(WORKERS),
+        "workers": list(ctx.profile.determinism_workers),
         "batches": BATCHES,
         "batch_size": BATCH_SIZE,
         "child_seconds": seconds,
