@@ -26,6 +26,7 @@ from primus_energon import (
     RawDiffusionTaskEncoder,
     get_loader,
 )
+from primus_energon.energon_compat import energon_key
 from primus_energon.synthetic import generate_dataset, write_metadataset
 
 __all__ = ["add_arguments", "run", "main"]
@@ -106,7 +107,7 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     print(
         f"generated {args.samples} preencoded + 32 raw samples under {root} in {time.perf_counter() - started:.1f}s"
     )
-    all_keys = set(pre.keys())
+    all_keys = {energon_key(s.shard, s.key) for s in pre.samples}  # as Energon names them
     steps_per_epoch = args.samples // args.batch_size
 
     def build(**overrides):
