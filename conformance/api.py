@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import tempfile
 import time
@@ -17,7 +18,7 @@ from .properties import PROPERTIES, Property, get_property
 from .results import PropertyResult
 from .target import InputForm, Target, resolve_target
 
-__all__ = ["check_cooker", "check_task_encoder", "check_wrapper", "run_property", "make_context"]
+__all__ = ["check_cooker", "check_task_encoder", "check_wrapper", "run_property", "make_context", "prestart"]
 
 
 def make_context(
@@ -56,6 +57,18 @@ def make_context(
     return ctx
 
 
+def prestart(ctx: CheckContext, properties: Iterable[Property]) -> None:
+    """Start the child processes of ``properties`` that have a ``prestart`` (fresh-process determinism, the
+    torch.distributed run, the code-execution probe) now, so that they run while the properties before
+    them are checked. Only for properties that apply to the target; ``ctx.close()`` ends whatever is left.
+    A failure to start is raised again, and judged, when the property runs."""
+    for prop in properties:
+        start = prop.prestart
+        if start is not None and ctx.target.kind in prop.applies_to:
+            with contextlib.suppress(Exception):  # kept by ctx.started; the property reports it
+                ctx.started(prop.id, lambda start=start: start(ctx))  # type: ignore[misc]
+
+
 def run_property(
     prop: Property, ctx: CheckContext, *, expected_failures: Mapping[str, str] | None = None
 ) -> PropertyResult:
@@ -63,12 +76,15 @@ def run_property(
 
     ``expected_failures`` maps a property id (every claim) or a claim id (``bad_input/names_sample``) to a
     reason: such a claim's failure is reported as ``xfail``."""
-    if prop.id == "accepted":
-        # Every property consults the accepted verdict (see _blocker): run it once per context.
-        result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
-    else:
-        applies = ctx.target.kind in prop.applies_to
-        result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
+    try:
+        if prop.id == "accepted":
+            # Every property consults the accepted verdict (see _blocker): run it once per context.
+            result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
+        else:
+            applies = ctx.target.kind in prop.applies_to
+            result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
+    finally:
+        ctx.release(prop.id)  # its children, if it started any, are done with (or it was blocked)
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)
     result.formats = copy.deepcopy(ctx.cached("formats", lambda: _formats(ctx)))
@@ -198,12 +214,17 @@ def _check(
     wanted = set(properties) if properties is not None else None
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
         ctx = make_context(target, workdir=options.pop("workdir", None) or tmp, **options)
-        return [
-            run_property(prop, ctx, expected_failures=expected_failures)
+        selected = [
+            prop
             for prop in PROPERTIES
             if (wanted is None and target.kind in prop.applies_to)
             or (wanted is not None and prop.id in wanted)
         ]
+        try:
+            prestart(ctx, selected)
+            return [run_property(prop, ctx, expected_failures=expected_failures) for prop in selected]
+        finally:
+            ctx.close()
 
 
 def check_cooker(

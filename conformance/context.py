@@ -40,6 +40,8 @@ class CheckContext:
     #: why samples could not be read (decoder errors), for claims that examined nothing
     read_errors: list[str] = field(default_factory=list)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
+    #: what properties started ahead of their checks (child processes), by property id
+    _started: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.workspace.together and not self.workspace.dataset:
@@ -116,11 +118,40 @@ class CheckContext:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def started(self, key: str, start: Callable[[], Any]) -> Any:
+        """What ``start()`` returned the first time it was asked for ``key`` (a property starting child
+        processes ahead of its check: :data:`~primus_energon.conformance.properties.Property.prestart`); an
+        exception ``start()`` raised is raised again on every call. What it returned must have ``close()``."""
+        if key not in self._started:
+            try:
+                self._started[key] = (start(), None)
+            except Exception as error:  # raised again where the property asks for it
+                self._started[key] = (None, error)
+        value, error = self._started[key]
+        if error is not None:
+            raise error
+        return value
+
+    def release(self, key: str) -> None:
+        """Close what was started for ``key``, if anything (its processes end, its files go)."""
+        value, _ = self._started.pop(key, (None, None))
+        if value is not None:
+            value.close()
+
+    def close(self) -> None:
+        """Release everything started; no child process of this context outlives it."""
+        for key in list(self._started):
+            self.release(key)
+
     def crude(self, path: Path, *, limit: int | None = None) -> list[dict]:
         """The crude samples of ``path`` as the target's cookers receive them: decoded by the target's own
         decoder (a TaskEncoder's ``decoder``; for a cooker, none or the safe one of ``--input-form
         decoded``), so verdicts describe the pipeline as it runs. Fresh copies on every call."""
-        samples = self.cached(("crude", str(path)), lambda: self._read(path, self.target.decoder()))
+        decoder = self.target.decoder()
+        if decoder is None:  # what the cookers receive is the shard's bytes: one read serves both
+            samples = self.cached(("raw", str(path)), lambda: self._read(path, None))
+        else:
+            samples = self.cached(("crude", str(path)), lambda: self._read(path, decoder))
         return copy.deepcopy(samples[:limit] if limit is not None else samples)
 
     def raw(self, path: Path, *, limit: int | None = None) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import primus_energon
 
@@ -27,6 +28,7 @@ from .results import PropertyFailure, PropertySkipped
 from .target import Target, load_object
 
 __all__ = [
+    "Background",
     "DEFAULT_TIMEOUT_S",
     "CHILD_TAG_VARIABLE",
     "Child",
@@ -226,3 +228,25 @@ def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[s
         subcommand,
         *args,
     ]
+
+
+class Background:
+    """Child processes a property starts ahead of its check, so that their interpreter start-up (importing
+    torch and Energon takes seconds) overlaps the checks that run before it; with a directory for their
+    output, and what the property needs to know later about what it started (``info``). :meth:`close` ends
+    every child and everything it started, and removes the directory."""
+
+    def __init__(self, prefix: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.children: dict[str, Child] = {}
+        self.info: dict[str, Any] = {}
+
+    def start(self, name: str, args: Sequence[str], **options: Any) -> Child:
+        """:func:`start` ``args`` as child ``name``."""
+        self.children[name] = start(args, **options)
+        return self.children[name]
+
+    def close(self) -> None:
+        for child in self.children.values():
+            stop(child)
+        shutil.rmtree(self.dir, ignore_errors=True)

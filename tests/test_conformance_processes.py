@@ -53,3 +53,38 @@ def test_stop_ends_processes_that_left_the_session(tmp_path: Path) -> None:
     stop(child)
     assert tagged_processes(child.tag) == []
     assert CHILD_TAG_VARIABLE == "PRIMUS_CONFORMANCE_CHILD" and runner_command("probe", [])[-1] == "probe"
+
+
+def test_children_started_ahead_end_with_the_check_even_when_their_property_is_blocked(
+    tmp_path: Path,
+) -> None:
+    """determinism, sharding and bad_input start their children when the context is made (prestart). A
+    target that fails accepted blocks determinism and sharding: their children, started for nothing, must
+    still end, and bad_input's probe (which always runs) still reports."""
+    spec = "tests.conformance_zoo.pathological:cook_raises_always"
+    from primus_energon.conformance.api import make_context, prestart, run_property
+    from primus_energon.conformance.properties import get_property
+    from primus_energon.conformance.target import resolve_target
+
+    ctx = make_context(
+        resolve_target(spec, kind="cooker"), workdir=tmp_path, profile="quick", encoding="preencoded"
+    )
+    props = [get_property(p) for p in ("accepted", "determinism", "sharding", "bad_input")]
+    try:
+        prestart(ctx, props)
+        started = dict(ctx._started)
+        assert set(started) == {"determinism", "sharding", "bad_input"}
+        assert all(error is None for _, error in started.values())
+        assert live_processes("cook_raises_always"), "prestart started no child process"
+        results = {p.id: run_property(p, ctx) for p in props}
+    finally:
+        ctx.close()
+    assert ctx._started == {}
+    assert results["accepted"].verdict == "fail"
+    assert results["determinism"].verdict == results["sharding"].verdict == "skip"
+    assert "blocked by accepted/" in results["determinism"].message
+    assert results["bad_input"].claim("bad_input/code_execution").verdict == "pass"
+    deadline = time.monotonic() + 5
+    while live_processes("cook_raises_always") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not live_processes("cook_raises_always")

@@ -4,6 +4,10 @@ Every property module declares ``CLAIMS`` (its named claims, see :mod:`primus_en
 ``check(ctx: CheckContext, claims: ClaimRecorder) -> dict`` that runs each claim inside
 ``with claims.claim(name):`` and returns details for the report. Raising
 :class:`~primus_energon.conformance.results.PropertySkipped` outside a claim skips what has not run.
+
+A property whose check waits for child processes may also have ``prestart(ctx)``: it starts them (through
+``ctx.started(property_id, ...)``) when the context is made, so they run while the properties before it are
+checked; its ``check`` asks ``ctx.started`` for the same object and judges what the children wrote.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from ..claims import Claim, ClaimRecorder
 from ..context import CheckContext
@@ -41,6 +46,11 @@ class Property:
     @property
     def claims(self) -> tuple[Claim, ...]:
         return self._module.CLAIMS
+
+    @property
+    def prestart(self) -> Callable[[CheckContext], Any] | None:
+        """The module's ``prestart(ctx)`` (starts its child processes ahead of its check), if it has one."""
+        return getattr(self._module, "prestart", None)
 
 
 _TE = frozenset({"task_encoder"})

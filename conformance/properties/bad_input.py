@@ -33,7 +33,7 @@ from ..execution import TargetError, cook, encode, worker_context
 from ..oracle import holds, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
-from ..subprocesses import child_env, child_target_args, finish, runner_command, start, stop
+from ..subprocesses import Child, child_env, child_target_args, finish, runner_command, start, stop
 from ._common import TimedOut, call_with_timeout, decode_like_target, error_names_sample
 
 CLAIMS = claims_of(
@@ -284,10 +284,18 @@ def _clean_output(ctx: CheckContext, template: dict) -> Any:
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     details: dict[str, Any] = {}
+    # The probe's fresh process (started ahead, see prestart) runs while the faults are tried here; its
+    # claim is judged when both are done.
+    probe = ctx.started("bad_input", lambda: prestart(ctx))
+    if not claims.only_always:  # blocked (the target cannot cook clean data): only the probe runs
+        _faults(ctx, claims, details)
     with claims.claim("code_execution") as claim:
-        details["probe"] = _code_execution(ctx, claim)
-    if claims.only_always:  # blocked (the target cannot cook clean data): only the probe runs
-        return details
+        details["probe"] = probe.judge(claim)
+    return details
+
+
+def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -> None:
+    """Every fault of every member, cooked and encoded as the target does; the verdicts go to their claims."""
     checked = []
     filtered: dict[str, int] = {}
     non_finite: dict[str, str] = {}
@@ -325,7 +333,6 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         claims.not_applicable(name, "the data format has no member of this kind")
     claims.not_applicable("names_sample", "no faulty sample raised an error whose message could be read")
     details["faults"] = checked
-    return details
 
 
 # --- the code-execution probe ---------------------------------------------------------------------------
@@ -346,21 +353,72 @@ def _probe_dataset(ctx: CheckContext, encoding: str | None) -> tuple[Path, list[
     return out, poisoned
 
 
-def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
-    probes = [_probe_dataset(ctx, encoding) for encoding in ctx.encodings()]
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="conformance-probe-") as tmp:
-        markers = Path(tmp) / "markers"
-        fallbacks = [
-            path.parent / f"{path.name}.markers" for path, _ in probes
-        ]  # a process without the variable
-        for fallback in fallbacks:
+def prestart(ctx: CheckContext) -> _Probe:
+    """Build the probe datasets and start the probe's fresh process."""
+    return _Probe(ctx)
+
+
+class _Probe:
+    """The code-execution probe: hostile probe datasets loaded through the target in a fresh process
+    (:func:`primus_energon.conformance.probe.probe_all`), started when made and ended by :meth:`close`; in
+    this process instead, at :meth:`judge`, when the target cannot be rebuilt in another."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self.child: Child | None = None
+        self.probes = [_probe_dataset(ctx, encoding) for encoding in ctx.encodings()]
+        self.tmp = Path(tempfile.mkdtemp(prefix="conformance-probe-"))
+        self.markers, self.out = self.tmp / "markers", self.tmp / "probe.json"
+        # where a payload writes when the probe's variable did not reach its process
+        self.fallbacks = [path.parent / f"{path.name}.markers" for path, _ in self.probes]
+        for fallback in self.fallbacks:
             shutil.rmtree(fallback, ignore_errors=True)
-        outcomes = _run_probe(ctx, [str(path) for path, _ in probes], markers, Path(tmp) / "probe.json")
-        for index, ((path, poisoned), fallback) in enumerate(zip(probes, fallbacks, strict=True)):
+        self.datasets = [str(path) for path, _ in self.probes]
+        try:
+            self.args: list[str] | None = child_target_args(ctx.target)
+        except PropertySkipped:
+            self.args = None
+        if self.args is not None:
+            datasets_args = [arg for dataset in self.datasets for arg in ("--dataset", dataset)]
+            command = runner_command(
+                "probe", [*self.args, *datasets_args, "--markers", str(self.markers), "--out", str(self.out)]
+            )
+            self.child = start(command, env=child_env())
+
+    def close(self) -> None:
+        if self.child is not None:
+            stop(self.child)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _outcomes(self) -> dict[str, Any]:
+        """``{dataset index: {environment: outcome}}``; ``{"incomplete": why}`` joins what finished when
+        the probe did not."""
+        ctx = self.ctx
+        if self.child is None:
+            try:
+                found = call_with_timeout(
+                    lambda: probe_all(ctx.target, self.datasets, self.markers, self.out), ctx.timeout_s
+                )
+                return {**found, "process": "in-process (the target cannot be rebuilt in a fresh process)"}
+            except TimedOut:
+                return {**_partial(self.out), "incomplete": f"loading hung for {ctx.timeout_s:.0f} s"}
+        try:
+            finish(self.child, what="the probe process", reproduce="", timeout=ctx.timeout_s)
+        except PropertyFailure as failure:  # hung (killed) or crashed: the runs that finished still count
+            return {**_partial(self.out), "incomplete": failure.message}
+        return _partial(self.out)
+
+    def judge(self, claim: ClaimCheck) -> dict:
+        """Wait for the probe and report every hostile member whose code ran."""
+        ctx = self.ctx
+        outcomes = self._outcomes()
+        runs = []
+        for index, ((path, poisoned), fallback) in enumerate(zip(self.probes, self.fallbacks, strict=True)):
             done = outcomes.get(str(index), {})
             findings = [
-                f for label in ENVIRONMENTS for f in read_findings(markers / str(index) / slug(label), label)
+                f
+                for label in ENVIRONMENTS
+                for f in read_findings(self.markers / str(index) / slug(label), label)
             ]
             _report(ctx, claim, findings + read_findings(fallback, "default"))
             for label in ENVIRONMENTS:
@@ -375,36 +433,15 @@ def _code_execution(ctx: CheckContext, claim: ClaimCheck) -> dict:
                 elif outcome.get("reached"):
                     claim.examined(len(poisoned))
             runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": done})
-    if not claim.count and not claim.problems:
-        stopped = "; ".join(dict.fromkeys(o.get("stopped", "") for r in runs for o in r["outcomes"].values()))
-        raise PropertySkipped(
-            f"the target's loader stops before it reaches any sample ({stopped or 'no sample was loaded'}), so "
-            "no member reached a decoder or a cooker; fix what accepted reports first"
-        )
-    return {"runs": runs, "process": outcomes.get("process", "a fresh process")}
-
-
-def _run_probe(ctx: CheckContext, datasets: list[str], markers: Path, out: Path) -> dict[str, Any]:
-    """The probe runs (:func:`primus_energon.conformance.probe.probe_all`) in one fresh process, or in this one when the
-    target cannot be rebuilt in another; ``{"incomplete": why}`` joins what finished when it did not."""
-    try:
-        args = child_target_args(ctx.target)
-    except PropertySkipped:
-        try:
-            found = call_with_timeout(lambda: probe_all(ctx.target, datasets, markers, out), ctx.timeout_s)
-            return {**found, "process": "in-process (the target cannot be rebuilt in a fresh process)"}
-        except TimedOut:
-            return {**_partial(out), "incomplete": f"loading hung for {ctx.timeout_s:.0f} s"}
-    datasets_args = [arg for dataset in datasets for arg in ("--dataset", dataset)]
-    command = runner_command("probe", [*args, *datasets_args, "--markers", str(markers), "--out", str(out)])
-    child = start(command, env=child_env())
-    try:
-        finish(child, what="the probe process", reproduce="", timeout=ctx.timeout_s)
-    except PropertyFailure as failure:  # hung (killed) or crashed: the runs that finished still count
-        return {**_partial(out), "incomplete": failure.message}
-    finally:
-        stop(child)
-    return _partial(out)
+        if not claim.count and not claim.problems:
+            stopped = "; ".join(
+                dict.fromkeys(o.get("stopped", "") for r in runs for o in r["outcomes"].values())
+            )
+            raise PropertySkipped(
+                f"the target's loader stops before it reaches any sample ({stopped or 'no sample was loaded'}), "
+                "so no member reached a decoder or a cooker; fix what accepted reports first"
+            )
+        return {"runs": runs, "process": outcomes.get("process", "a fresh process")}
 
 
 def _partial(out: Path) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..fingerprint import first_difference
 from ..results import PropertySkipped
-from ..subprocesses import Child, child_env, child_target_args, finish, runner_command, start, stop
+from ..subprocesses import Background, child_env, child_target_args, finish, runner_command
 from ..target import Target
 from ._common import batch_keys
 
@@ -50,26 +50,32 @@ BATCHES = 6
 BATCH_SIZE = 4
 
 
-def _children(ctx: CheckContext, datasets: list[Path], tmp: Path) -> dict[str, tuple[Child, Path]]:
+def prestart(ctx: CheckContext) -> Background:
+    """Start the two children (see the module docstring); each writes ``<label>.json`` into the
+    background's directory. ``PropertySkipped`` when the target cannot be rebuilt in a fresh process."""
     base = child_target_args(ctx.target)
+    datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
     common = ["--workers", ",".join(map(str, ctx.profile.determinism_workers)), "--batches", str(BATCHES)]
     common += ["--batch-size", str(BATCH_SIZE)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
-    runs = {"a": ([ctx.seed], 1), "b": ([ctx.seed, ctx.seed + 1], 2)}
-    children: dict[str, tuple[Child, Path]] = {}
+    background = Background("conformance-determinism-")
     try:
-        for name, (seeds, hashseed) in runs.items():
-            out = tmp / f"{name}.json"
+        for label, (seeds, hashseed) in _runs(ctx.seed).items():
             seed_args = [arg for seed in seeds for arg in ("--seed", str(seed))]
+            out = background.dir / f"{label}.json"
             command = runner_command("determinism", [*base, *common, *seed_args, "--out", str(out)])
-            env = child_env(hashseed)
-            children[name] = (start(command, env=env, show_env=["PYTHONHASHSEED"]), out)
+            background.start(label, command, env=child_env(hashseed), show_env=["PYTHONHASHSEED"])
     except BaseException:
-        for child, _ in children.values():
-            stop(child)
+        background.close()
         raise
-    return children
+    background.info["datasets"] = datasets
+    return background
+
+
+def _runs(seed: int) -> dict[str, tuple[list[int], int]]:
+    """The two children: label -> (the seeds it reads, its PYTHONHASHSEED)."""
+    return {"a": ([seed], 1), "b": ([seed, seed + 1], 2)}
 
 
 def _describe_keys(keys: list[str] | None) -> str:
@@ -141,32 +147,24 @@ def _compare_runs(claim: Any, first: dict, second: dict, ctx: CheckContext, comp
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
-    datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
     try:
-        child_target_args(ctx.target)
+        background = ctx.started("determinism", lambda: prestart(ctx))
     except PropertySkipped as skipped:
         claims.blocked(str(skipped))
         return {}
+    datasets = background.info["datasets"]
     runs: dict[str, Any] | None = None
     seconds: dict[str, float] = {}
-    with (
-        claims.claim("fresh_processes") as claim,
-        tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name,
-    ):
-        children = _children(ctx, datasets, Path(name))
-        try:
-            for label, (child, _) in children.items():
-                finish(
-                    child,
-                    what=f"the determinism child process ({label})",
-                    reproduce="",
-                    timeout=ctx.timeout_s,
-                )
-        finally:
-            for child, _ in children.values():
-                stop(child)
-        runs = {label: json.loads(out.read_text(encoding="utf-8")) for label, (_, out) in children.items()}
-        seconds = {label: child.seconds for label, (child, _) in children.items()}
+    with claims.claim("fresh_processes") as claim:
+        for label, child in background.children.items():
+            finish(
+                child, what=f"the determinism child process ({label})", reproduce="", timeout=ctx.timeout_s
+            )
+        runs = {
+            label: json.loads((background.dir / f"{label}.json").read_text(encoding="utf-8"))
+            for label in background.children
+        }
+        seconds = {label: child.seconds for label, child in background.children.items()}
         _compare_runs(
             claim,
             runs["a"]["results"][str(ctx.seed)],

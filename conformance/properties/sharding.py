@@ -31,7 +31,7 @@ from ..data import read_crude
 from ..execution import build_loader, closing, target_call
 from ..recording import instrument, read_records
 from ..results import PropertySkipped
-from ..subprocesses import Child, child_env, child_target_args, finish, start, stop, torchrun_command
+from ..subprocesses import Background, Child, child_env, child_target_args, finish, torchrun_command
 from ..target import Target
 from ._common import batch_keys, fail
 
@@ -166,19 +166,35 @@ def _some(keys: list[str], limit: int = 12) -> str:
     return f"[{shown}{', ...' if len(keys) > limit else ''}]"
 
 
-def _start_distributed(ctx: CheckContext, paths: list[Path], out: Path) -> Child | str:
-    """Start the torch.distributed run in the background, or return why it cannot run."""
+def _datasets(ctx: CheckContext) -> list[Path]:
+    return [
+        ctx.workspace.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
+        for encoding in ctx.encodings()
+    ]
+
+
+def prestart(ctx: CheckContext) -> Background:
+    """Start the torch.distributed run (its ranks write ``rank<r>.json`` into the background's directory);
+    ``info["skipped"]`` says why it cannot run instead (a target no fresh process can rebuild)."""
+    background = Background("conformance-sharding-")
     try:
         args = child_target_args(ctx.target)
     except PropertySkipped as skipped:
-        return str(skipped)
-    datasets = [arg for path in paths for arg in ("--dataset", str(path))]
-    command = torchrun_command(
-        DIST_WORLD_SIZE,
-        "shard",
-        [*args, *datasets, "--seed", str(ctx.seed), "--batch-size", str(BATCH_SIZE), "--out", str(out)],
-    )
-    return start(command, env=child_env(OMP_NUM_THREADS="1"))
+        background.info["skipped"] = str(skipped)
+        return background
+    try:
+        datasets = [arg for path in _datasets(ctx) for arg in ("--dataset", str(path))]
+        out = ["--out", str(background.dir)]
+        command = torchrun_command(
+            DIST_WORLD_SIZE,
+            "shard",
+            [*args, *datasets, "--seed", str(ctx.seed), "--batch-size", str(BATCH_SIZE), *out],
+        )
+        background.start("distributed", command, env=child_env(OMP_NUM_THREADS="1"))
+    except BaseException:
+        background.close()
+        raise
+    return background
 
 
 def _check_distributed(
@@ -227,54 +243,48 @@ def _judge(
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
-    paths = [
-        ctx.workspace.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
-        for encoding in ctx.encodings()
-    ]
+    paths = _datasets(ctx)
     expected = {path: _expected_keys(path) for path in paths}
     details: dict[str, Any] = {"samples": NUM_SAMPLES, "batch_size": BATCH_SIZE, "runs": []}
+    background = ctx.started("sharding", lambda: prestart(ctx))
+    child = background.children.get("distributed") or background.info["skipped"]
+    dist_out = background.dir
     with tempfile.TemporaryDirectory(prefix="conformance-sharding-") as name:
         tmp = Path(name)
-        dist_out = tmp / "distributed"
-        dist_out.mkdir()
-        child = _start_distributed(ctx, paths, dist_out)
-        try:
-            with claims.claim("in_process") as claim:
-                for path in paths:
-                    limit = 4 * (len(expected[path]) // BATCH_SIZE + 1)
-                    for world_size in ctx.profile.world_sizes:
-                        for num_workers in (0, 2) if world_size == 2 else (0,):
-                            per_rank: dict[int, list[str]] = {}
-                            sources = set()
-                            for rank in range(world_size):
-                                sink = tmp / f"cooked-{path.name}-{world_size}-{num_workers}-{rank}.jsonl"
-                                per_rank[rank], source = _rank_keys(
-                                    ctx,
-                                    path,
-                                    sink,
-                                    rank=rank,
-                                    world_size=world_size,
-                                    num_workers=num_workers,
-                                    limit=limit,
-                                )
-                                sources.add(source)
-                            source = "batch" if sources == {"batch"} else "cooker"
-                            where = (
-                                f"world size {world_size}, num_workers={num_workers}, one epoch "
-                                f"(repeat=False) of {path.name}, batch size {BATCH_SIZE}"
+        # the in-process ranks run while the torch.distributed ranks (started ahead) do
+        with claims.claim("in_process") as claim:
+            for path in paths:
+                limit = 4 * (len(expected[path]) // BATCH_SIZE + 1)
+                for world_size in ctx.profile.world_sizes:
+                    for num_workers in (0, 2) if world_size == 2 else (0,):
+                        per_rank: dict[int, list[str]] = {}
+                        sources = set()
+                        for rank in range(world_size):
+                            sink = tmp / f"cooked-{path.name}-{world_size}-{num_workers}-{rank}.jsonl"
+                            per_rank[rank], source = _rank_keys(
+                                ctx,
+                                path,
+                                sink,
+                                rank=rank,
+                                world_size=world_size,
+                                num_workers=num_workers,
+                                limit=limit,
                             )
-                            _judge(ctx, claim, where, per_rank, expected[path], source)
-                            details["runs"].append(f"ws={world_size} nw={num_workers} keys from {source}")
-            if not isinstance(child, Child):
-                claims.not_applicable("distributed", child)
-            else:
-                with claims.claim("distributed") as claim:
-                    details["distributed_seconds"] = _check_distributed(
-                        ctx, claim, child, dist_out, paths, expected
-                    )
-        finally:
-            if isinstance(child, Child):
-                stop(child)
+                            sources.add(source)
+                        source = "batch" if sources == {"batch"} else "cooker"
+                        where = (
+                            f"world size {world_size}, num_workers={num_workers}, one epoch "
+                            f"(repeat=False) of {path.name}, batch size {BATCH_SIZE}"
+                        )
+                        _judge(ctx, claim, where, per_rank, expected[path], source)
+                        details["runs"].append(f"ws={world_size} nw={num_workers} keys from {source}")
+        if not isinstance(child, Child):
+            claims.not_applicable("distributed", child)
+        else:
+            with claims.claim("distributed") as claim:
+                details["distributed_seconds"] = _check_distributed(
+                    ctx, claim, child, dist_out, paths, expected
+                )
     return details
 
 

@@ -136,7 +136,9 @@ def _wrapped(ctx: CheckContext, loader: Any) -> Iterator[Any]:
 def _method(wrapper: Any, name: str) -> Any:
     method = getattr(wrapper, name, None)
     if not callable(method):
-        fail(f"the wrapper has no {name}() method: a training loop checkpoints the loader through the wrapper's save_state()/restore_state()")
+        fail(
+            f"the wrapper has no {name}() method: a training loop checkpoints the loader through the wrapper's save_state()/restore_state()"
+        )
     return method
 
 

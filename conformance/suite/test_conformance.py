@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from primus_energon.conformance.api import make_context, run_property
+from primus_energon.conformance.api import make_context, prestart, run_property
 from primus_energon.conformance.plugin import claim_expectations, option_dest
-from primus_energon.conformance.properties import Property, get_property, properties_for
+from primus_energon.conformance.properties import PROPERTIES, Property, get_property, properties_for
 from primus_energon.conformance.target import resolve_target
 
 
@@ -50,7 +50,7 @@ def conformance_context(
     conformance_target, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ):
     config = request.config
-    return make_context(
+    ctx = make_context(
         conformance_target,
         workdir=tmp_path_factory.mktemp(f"conformance-{conformance_target.name}"),
         profile=config.getoption("conformance_profile"),
@@ -61,6 +61,22 @@ def conformance_context(
         min_samples_per_s=config.getoption(option_dest("min-samples-per-s")),
         strict=config.getoption("conformance_strict"),
     )
+    # The properties collected for this target (after -k and --conformance-property) start their child
+    # processes now, so those run while the properties before them are checked. Not under xdist: there a
+    # worker runs only some of the collected tests (which, it learns one at a time), and the workers keep
+    # the cores busy already.
+    mine = (conformance_target.kind, conformance_target.spec)
+    collected = {
+        item.callspec.params["property_id"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and item.callspec.params.get("conformance_target") == mine
+    }
+    try:
+        if not hasattr(config, "workerinput"):
+            prestart(ctx, [prop for prop in PROPERTIES if prop.id in collected])
+        yield ctx
+    finally:
+        ctx.close()
 
 
 def test_property(conformance_context, property_id: str, request: pytest.FixtureRequest) -> None:
