@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -35,6 +36,11 @@ def make_context(
     timeout_s: float | None = None,
     call_timeout_s: float | None = None,
 ) -> CheckContext:
+    # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
+    # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
+    # the objects alive now (modules, the target) are left out of those walks; what the suite creates from
+    # here on is collected as usual.
+    gc.freeze()
     workspace = Workspace(Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset)
     timeouts = {}
     if timeout_s is not None:

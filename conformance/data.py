@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from megatron.energon import DefaultTaskEncoder, get_loader, stateless
+from megatron.energon import DefaultTaskEncoder, stateless
 from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
-from primus_energon.energon_compat import get_val_dataset, worker_config
+from primus_energon.energon_compat import get_val_dataset, short_loader, worker_config
 from primus_energon.formats import SIZES, member_kind, split_member_name
 from primus_energon.synthetic import (
     ImageSpec,
@@ -124,7 +124,7 @@ def read_crude(
     # Energon prints every refused sample; the errors list says what a caller needs.
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            for batch in get_loader(ds):
+            for batch in short_loader(ds):
                 samples.append(batch.samples[0])
         except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
             refused.append(

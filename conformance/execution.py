@@ -236,7 +236,10 @@ def _build(
             task_encoder=task_encoder,
             **packing,
         )
-    return get_savable_loader(dataset, **loader_kwargs)
+    # Energon's GcDataset runs gc.collect() as each iteration starts and every few batches: a safeguard for
+    # days-long training runs that costs ~0.15 s a loader in a process holding torch, pytest and hypothesis,
+    # and the suite builds dozens of short loaders per target. It does not touch the samples or the state.
+    return get_savable_loader(dataset, **{"gc_collect_every_n_steps": 0, **loader_kwargs})
 
 
 @contextlib.contextmanager

@@ -218,9 +218,7 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
     ``{"batches", "errors", "reached", "stopped"}``: ``reached`` counts the samples the loading path got to
     (batched or refused), ``stopped`` why loading ended early. Used by the probe child and the in-process
     fallback."""
-    from megatron.energon import get_loader
-
-    from primus_energon.energon_compat import get_val_dataset, worker_config
+    from primus_energon.energon_compat import get_val_dataset, short_loader, worker_config
 
     errors: list[str] = []
     refused = [0]
@@ -242,7 +240,7 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
                 batch_size=1,
                 task_encoder=target.make_task_encoder(),
             )
-            for _ in get_loader(dataset_):
+            for _ in short_loader(dataset_):
                 batches += 1
                 if batches >= limit:
                     break

@@ -57,7 +57,7 @@ PROFILES = {
         determinism_workers=(0, 2),
         blend_effect=0.15,
     ),
-    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.07),
+    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.05),
     "thorough": Profile(
         "thorough", max_examples=200, blends=4, resume_draws=6, shrink=True, blend_effect=0.05
     ),

@@ -17,6 +17,7 @@ parent side is :mod:`primus_energon.conformance.subprocesses`.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 from collections.abc import Sequence
 
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         module.add_child_arguments(p)
     options = parser.parse_args(argv)
     target = resolve_target(options.spec, kind=options.kind, input_form=options.input_form)
+    gc.freeze()  # as in make_context: Energon's gc.collect() before each fork then skips the imports
     modules[options.command].run_child(target, options)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "worker_config",
     "get_train_dataset",
     "get_val_dataset",
+    "short_loader",
 ]
 
 #: ``(exception, sample, sources)``: what Energon calls for a sample a stage raised on.
@@ -160,3 +161,12 @@ class _Handler:
 
     def __call__(self, error: Exception, sample: Any, sources: Any = None) -> None:
         self.handler(error, sample, sources)
+
+
+def short_loader(dataset: SavableDataset) -> Any:
+    """Energon's plain (not savable) loader for a short read of ``dataset``, without the periodic
+    ``gc.collect()`` of Energon's GcDataset (a safeguard for long training runs that costs ~0.15 s per
+    loader in a large process). Same samples, same order as ``megatron.energon.get_loader(dataset)``."""
+    from megatron.energon.savable_loader import BasicDataLoader
+
+    return BasicDataLoader(dataset, gc_collect_every_n_steps=0)

@@ -59,8 +59,8 @@ CLAIMS = claims_of(
     (
         "ratios",
         "the samples that reach batch() come from each dataset of a weighted blend in the proportions of "
-        "the weights (chi-square, alpha 1e-6, 99% power at the profile's Cohen's w: 0.05 thorough, 0.07 ci, "
-        "0.15 quick), across workers and ranks",
+        "the weights (chi-square, alpha 1e-6, 99% power at Cohen's w 0.05; 0.15 in the quick "
+        "profile), across workers and ranks",
         Harm.DATA,
         "do not skip, drop or duplicate samples of one source after the blend (encode_sample, batch)",
     ),
