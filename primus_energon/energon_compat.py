@@ -11,6 +11,8 @@
 - **Choosing a cooker.** Since 7.3 a TaskEncoder picks the cooker for each dataset when the loader is
   built (no match: ``ValueError`` at build time); 7.0-7.2 look it up per sample (no match: the error comes
   with the first sample). :data:`COOKERS_CHOSEN_PER_SAMPLE` says which.
+- **Skipping a sample.** Energon 7.3 defines ``SkipSample`` twice; the one it exports reaches the error
+  handler as an error (see :data:`SKIP_SAMPLE_TYPES`). :func:`reraise_exception` lets it skip the sample.
 - **The stock handlers.** ``log_exception`` and ``reraise_exception`` are exported at the top level since
   7.3; before, ``log_exception`` lives in ``megatron.energon.wrappers._log_exception``, and the
   ``reraise_exception`` of ``megatron.energon.flavors.webdataset.structs`` wraps the error in a bare
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -34,6 +37,7 @@ __all__ = [
     "ErrorHandler",
     "log_exception",
     "reraise_exception",
+    "SKIP_SAMPLE_TYPES",
     "KEYS_NAME_THEIR_SHARD",
     "COOKERS_CHOSEN_PER_SAMPLE",
     "energon_key",
@@ -88,14 +92,33 @@ def key_in_shard(key: str, shard: str | None = None) -> str:
 
 if hasattr(_energon, "log_exception"):
     log_exception = _energon.log_exception
-    reraise_exception = _energon.reraise_exception
 else:  # Energon 7.0-7.2
     from megatron.energon.wrappers._log_exception import log_exception  # noqa: F401
 
-    def reraise_exception(error: Exception, sample: Any, sources: Any = None) -> None:
-        """Raise the exception as it is, as Energon 7.3+'s ``reraise_exception`` does (7.0-7.2's wraps it
-        in a bare ``Exception`` holding the whole sample's text)."""
-        raise error
+
+def _skip_sample_types() -> tuple[type[BaseException], ...]:
+    found = {_energon.SkipSample}
+    for module in ("megatron.energon.errors", "megatron.energon.wrappers.skip"):
+        try:
+            found.add(importlib.import_module(module).SkipSample)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+#: Every class Energon calls ``SkipSample``. Energon 7.3 has two: ``megatron.energon.SkipSample`` (from
+#: ``wrappers.skip``), the one user code raises, and ``errors.SkipSample``, the one its pipeline catches;
+#: the first reaches the error handler like any error (the default handler logs it and skips the sample).
+SKIP_SAMPLE_TYPES: tuple[type[BaseException], ...] = _skip_sample_types()
+
+
+def reraise_exception(error: Exception, sample: Any, sources: Any = None) -> None:
+    """Raise the exception as it is, on every release (7.0-7.2's own wraps it in a bare ``Exception`` holding
+    the whole sample's text). A ``SkipSample`` is not an error: it returns, and Energon skips the sample,
+    as 7.4 does before any handler is asked (7.3 hands the class user code raises to the handler)."""
+    if isinstance(error, SKIP_SAMPLE_TYPES):
+        return
+    raise error
 
 
 #: On 7.0-7.2, by ``id(config)``: each config made by :func:`worker_config` (kept alive, so that its id is

@@ -9,6 +9,8 @@ from collections import Counter
 from megatron.energon import SkipSample
 from megatron.energon.task_encoder.base import get_stateless
 
+from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
+
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import (
@@ -161,7 +163,7 @@ def _complete_epoch(ctx: CheckContext, claim, cooked_by_dataset: dict) -> dict[s
     task_encoder = ctx.target.make_task_encoder()
 
     def lost(stage: str, error: BaseException, keys: list[str]) -> None:
-        if isinstance(error, SkipSample):
+        if isinstance(error, SKIP_SAMPLE_TYPES):
             cause = f"{stage}: SkipSample"
         else:
             cause = f"{stage}: {type(error).__name__}: {' '.join(str(error).split())[:160]}"
@@ -198,7 +200,7 @@ def _complete_epoch(ctx: CheckContext, claim, cooked_by_dataset: dict) -> dict[s
 
             try:
                 call_with_timeout(batch, ctx.call_timeout_s)
-            except SkipSample as error:
+            except SKIP_SAMPLE_TYPES as error:
                 lost("batch()", error, keys)
             except Exception:
                 # batch() failing (or hanging) on clean samples is the batch property's finding, not

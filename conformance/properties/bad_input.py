@@ -25,6 +25,7 @@ from typing import Any
 
 from megatron.energon import SkipSample
 
+from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
 from primus_energon.synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
@@ -208,7 +209,7 @@ def _outcome(
         return "output-shape", only.error
     except TimedOut:
         return "hang", None
-    except SkipSample:
+    except SKIP_SAMPLE_TYPES:
         return "skip", None
     except TargetError:
         raise  # the clean companion sample failed: not this claim's finding
