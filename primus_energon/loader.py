@@ -18,6 +18,7 @@ from .energon_compat import (
     reraise_exception,
     worker_config,
 )
+from .storage import DatasetPath, RemotePath, dataset_dir
 
 __all__ = ["get_loader", "resolve_rank"]
 
@@ -46,10 +47,12 @@ def resolve_rank(
     return rank, world_size
 
 
-def _check_path(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    if path.is_file() and path.suffix in (".yaml", ".yml"):
-        return path
+def _check_path(path: str | os.PathLike | DatasetPath) -> str | Path:
+    """The dataset or metadataset at `path` as Energon takes it (a remote one as its URL), after checking it
+    is one."""
+    path = dataset_dir(path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return str(path) if isinstance(path, RemotePath) else path
     if path.is_dir():
         if not (path / ".nv-meta" / "dataset.yaml").is_file():
             raise FileNotFoundError(
@@ -57,12 +60,12 @@ def _check_path(path: str | os.PathLike) -> Path:
                 "missing. Prepare it (energon prepare, or primus_energon.synthetic.generate_dataset) and write dataset.yaml "
                 "with `subflavors: {encoding: ...}`"
             )
-        return path
+        return str(path) if isinstance(path, RemotePath) else path
     raise FileNotFoundError(f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file")
 
 
 def get_loader(
-    path: str | os.PathLike,
+    path: str | os.PathLike | DatasetPath,
     task_encoder: TaskEncoder | type[TaskEncoder],
     *,
     batch_size: int,
@@ -85,7 +88,8 @@ def get_loader(
     """Build Energon's savable loader for ``path`` and wrap it in :class:`MegatronDataloaderWrapper`.
 
     Args:
-        path: a prepared dataset directory or a metadataset ``.yaml`` (``MetadatasetV2`` or legacy).
+        path: a prepared dataset directory or a metadataset ``.yaml`` (``MetadatasetV2`` or legacy), local
+            or on object storage (``msc://profile/prefix``, read by Energon through multi-storage-client).
         task_encoder: a TaskEncoder instance, or a class built with no arguments.
         batch_size: samples per batch (per rank).
         num_workers: loader worker processes (0 loads in the calling process). Workers pay off only where

@@ -25,6 +25,7 @@ __all__ = [
     "FaultRecord",
     "ImageSpec",
     "JsonSpec",
+    "LoopbackObjectStore",
     "Manifest",
     "MemberRecord",
     "NpySpec",
@@ -65,6 +66,7 @@ _EXPORTS = {
     "errors": ("SyntheticError",),
     "generate": ("generate_dataset",),
     "metadataset": ("write_metadataset",),
+    "objectstore": ("LoopbackObjectStore",),
 }
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from .generate import generate_dataset
     from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
     from .metadataset import write_metadataset
+    from .objectstore import LoopbackObjectStore
     from .schema import (
         BytesSpec,
         ImageSpec,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..storage import is_remote
 from .metadata import META_DIR, list_shard_files
 from .preparation import EnergonExited, prepare_shards, write_dataset_yaml
 
@@ -126,8 +127,17 @@ def finalize_dataset(
 
     `split`: (train, val, test) ratios (Energon assigns whole shards, in shard order unless `shuffle_seed`).
     `subflavors`: extra ``dataset.yaml`` subflavors besides ``encoding``. `workers`: Energon's preparation
-    processes. Does not validate; the CLI runs `validate_dataset` afterwards.
+    processes. Does not validate; the CLI runs `validate_dataset` afterwards. A remote `path`
+    (``msc://...``) is refused with what to do instead.
     """
+    if is_remote(os.fspath(path)):
+        raise FinalizeError(
+            f"{path} is on object storage; finalize needs a writable local directory, because Energon's "
+            "preparation writes .nv-meta/ and a .tar.idx beside each shard. Prepare a local copy "
+            "(primus-energon finalize DIR --encoding NAME), then upload it with its hidden files, e.g. "
+            f"`msc sync --no-ignore-hidden DIR --target-url {path}` (msc sync skips .nv-meta/ without "
+            "--no-ignore-hidden); validate, info, preview and get_loader then read it where it is"
+        )
     root = Path(path)
     ratios = parse_split(split)
     if not isinstance(encoding, str) or not _ENCODING_RE.match(encoding):

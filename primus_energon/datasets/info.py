@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ..storage import dataset_dir
 from .analysis import MemberSummary, analyze
 from .metadata import META_DIR, list_shard_files, read_metadata
 from .report import human_bytes, member_lines
@@ -80,9 +80,9 @@ def dataset_info(
     workers: int = 1,
     progress: bool | None = False,
 ) -> DatasetInfo:
-    """Describe the dataset at `path` (a directory). `samples`: how many samples to inspect for members,
+    """Describe the dataset at `path` (a directory, local or remote). `samples`: how many samples to inspect for members,
     dtypes and shapes (from the first shards on); `full`: inspect every sample (in parallel over `workers`)."""
-    root = Path(path)
+    root = dataset_dir(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{str(root)!r} is not a directory")
     meta = read_metadata(root)

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ..storage import DatasetPath, RemotePath, dataset_path
 from .problems import Problem
 
 __all__ = [
@@ -41,7 +42,7 @@ def _expand(pattern: str) -> list[str]:
 class DatasetMeta:
     """What the metadata says. Fields are None where the file is missing or unreadable (see `problems`)."""
 
-    root: Path
+    root: DatasetPath
     has_meta_dir: bool = False
     info_file: str | None = None
     shard_counts: dict[str, int] | None = None
@@ -77,14 +78,14 @@ def _problem(code: str, message: str, **kw: Any) -> Problem:
     return Problem(code, kw.pop("shard", None), None, None, message, **kw)
 
 
-def _load(path: Path) -> Any:
+def _load(path: DatasetPath) -> Any:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         return json.loads(text)
     return yaml.safe_load(text)
 
 
-def _read_info(meta: DatasetMeta, nv: Path) -> None:
+def _read_info(meta: DatasetMeta, nv: DatasetPath) -> None:
     for fname in (".info.json", ".info.yaml"):
         p = nv / fname
         if not p.is_file():
@@ -115,7 +116,7 @@ def _read_info(meta: DatasetMeta, nv: Path) -> None:
     )
 
 
-def _read_split(meta: DatasetMeta, nv: Path) -> None:
+def _read_split(meta: DatasetMeta, nv: DatasetPath) -> None:
     for fname in ("split.yaml", "split.json"):
         p = nv / fname
         if not p.is_file():
@@ -152,7 +153,7 @@ def _read_split(meta: DatasetMeta, nv: Path) -> None:
     )
 
 
-def _read_dataset_yaml(meta: DatasetMeta, nv: Path) -> None:
+def _read_dataset_yaml(meta: DatasetMeta, nv: DatasetPath) -> None:
     p = nv / "dataset.yaml"
     if not p.is_file():
         meta.problems.append(
@@ -196,9 +197,10 @@ def _read_dataset_yaml(meta: DatasetMeta, nv: Path) -> None:
         )
 
 
-def read_metadata(root: str | os.PathLike[str]) -> DatasetMeta:
-    """Read ``.nv-meta`` of the dataset at `root`; every defect becomes a `Problem` in the result."""
-    root = Path(root)
+def read_metadata(root: str | os.PathLike[str] | DatasetPath) -> DatasetMeta:
+    """Read ``.nv-meta`` of the dataset at `root` (local or remote); every defect becomes a `Problem` in
+    the result."""
+    root = dataset_path(root)
     meta = DatasetMeta(root=root)
     nv = root / META_DIR
     if not nv.is_dir():
@@ -214,26 +216,31 @@ def read_metadata(root: str | os.PathLike[str]) -> DatasetMeta:
     return meta
 
 
-def list_shard_files(root: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
-    """(``.tar`` files, compressed tars) below `root`, relative POSIX paths, sorted; hidden dirs skipped."""
-    root = Path(root)
-    tars: list[str] = []
-    compressed: list[str] = []
+def _files_below(root: DatasetPath) -> list[str]:
+    """Every file below `root` as a relative POSIX path; hidden directories skipped."""
+    if isinstance(root, RemotePath):
+        return [
+            rel for rel, _ in root.walk_files() if not any(d.startswith(".") for d in rel.split("/")[:-1])
+        ]
+    names: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         rel = Path(dirpath).relative_to(root)
-        for fn in filenames:
-            name = (rel / fn).as_posix()
-            if fn.endswith(".tar"):
-                tars.append(name)
-            elif fn.endswith(_COMPRESSED_SUFFIXES):
-                compressed.append(name)
+        names += [(rel / fn).as_posix() for fn in filenames]
+    return names
+
+
+def list_shard_files(root: str | os.PathLike[str] | DatasetPath) -> tuple[list[str], list[str]]:
+    """(``.tar`` files, compressed tars) below `root`, relative POSIX paths, sorted; hidden dirs skipped."""
+    names = _files_below(dataset_path(root))
+    tars = [n for n in names if n.endswith(".tar")]
+    compressed = [n for n in names if n.endswith(_COMPRESSED_SUFFIXES)]
     return sorted(tars), sorted(compressed)
 
 
-def read_index(path: str | os.PathLike[str]) -> list[int] | None:
+def read_index(path: str | os.PathLike[str] | DatasetPath) -> list[int] | None:
     """The offsets in a ``.tar.idx`` file (native uint64), or None if its size is not a multiple of 8."""
-    raw = Path(path).read_bytes()
+    raw = dataset_path(path).read_bytes()
     if len(raw) % 8:
         return None
     arr = array("Q")

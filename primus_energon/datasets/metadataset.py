@@ -9,7 +9,8 @@ first missing path):
 * legacy ``Metadataset`` (also a file without ``__class__``): ``splits: {split: {datasets: [{weight, path,
   subflavors, subflavor}]}}``.
 
-A ``path`` is relative to the YAML's directory and may name another metadataset (nested; its split is the
+A ``path`` is relative to the YAML's directory (or a remote ``msc://`` location, and the YAML itself may be
+remote) and may name another metadataset (nested; its split is the
 entry's ``split_part`` or the current one). Weights default to 1 and are normalised within each blend, and
 multiplied through nesting. Effective subflavors follow Energon: an entry's subflavors are overridden by the
 outer levels', and the result overrides the dataset's own ``dataset.yaml`` subflavors.
@@ -28,11 +29,11 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..storage import DatasetPath, dataset_path
 from .metadata import META_DIR
 from .problems import Problem
 from .report import DatasetReport, LeafReport, MetadatasetReport
@@ -47,7 +48,7 @@ class Leaf:
     """One leaf dataset as a split of the metadataset reaches it."""
 
     split: str
-    path: Path
+    path: DatasetPath
     split_part: str
     weight: float | None  # the weight written in the entry (None for blend_epochized)
     normalized_weight: float | None  # its share of the split (product through nesting)
@@ -60,7 +61,7 @@ class Leaf:
     where: str = ""
 
     @property
-    def identity(self) -> tuple[str, Path, str, str | None]:
+    def identity(self) -> tuple[str, DatasetPath, str, str | None]:
         """What a sample stream is made of: two leaves of one split with one identity draw the same samples."""
         return (self.split, self.path.resolve(), self.split_part, self.subset)
 
@@ -84,7 +85,7 @@ class _Walk:
     it serves, the share of that split (None under blend_epochized), the subflavors set by outer levels, and
     the files passed through."""
 
-    where: Path
+    where: DatasetPath
     split: str
     top_split: str
     share: float | None
@@ -93,17 +94,17 @@ class _Walk:
 
 
 class _Resolver:
-    def __init__(self, top: Path) -> None:
+    def __init__(self, top: DatasetPath) -> None:
         self.top = top
         self.problems: list[Problem] = []
         self.leaves: list[Leaf] = []
         self.form = "unknown"
 
-    def problem(self, code: str, message: str, where: Path) -> None:
+    def problem(self, code: str, message: str, where: DatasetPath) -> None:
         self.problems.append(Problem(code, None, None, None, message, dataset=str(where)))
 
     # -- files ---------------------------------------------------------------------------------------------
-    def load(self, path: Path) -> dict[str, Any] | None:
+    def load(self, path: DatasetPath) -> dict[str, Any] | None:
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -128,7 +129,7 @@ class _Resolver:
             return None
         return doc
 
-    def resolve_file(self, path: Path, split: str, at: _Walk) -> None:
+    def resolve_file(self, path: DatasetPath, split: str, at: _Walk) -> None:
         """The ``split`` of the metadataset file ``path``, reached from ``at`` (its file, share, subflavors)."""
         if len(at.via) > _MAX_DEPTH or str(path) in at.via:
             self.problem("bad-metadataset", f"{path} nests itself (via {' -> '.join(at.via)})", path)
@@ -151,7 +152,7 @@ class _Resolver:
         (self.node_v2 if v2 else self.node_v1)(splits[split], inside)
 
     # -- entries -------------------------------------------------------------------------------------------
-    def weight_of(self, entry: dict[str, Any], key: str, where: Path) -> float | None:
+    def weight_of(self, entry: dict[str, Any], key: str, where: DatasetPath) -> float | None:
         raw = entry.get(key, 1.0)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
             self.problem(
@@ -187,10 +188,11 @@ class _Resolver:
         if entry.get("subflavor") is not None and "__subflavor__" not in sub:
             sub = {"__subflavor__": entry["subflavor"], **sub}
         effective = {**sub, **at.inherited}  # outer levels override inner ones (Energon's traversal)
-        raw_path = Path(os.path.expanduser(str(entry["path"])))
+        # an entry may name a remote location (msc://...), also from a local metadataset, as Energon allows
+        raw_path = dataset_path(str(entry["path"]))
         path = raw_path if raw_path.is_absolute() else where.parent / raw_path
         part = str(entry.get("split_part") or at.split)
-        if path.is_file() and path.suffix in (".yaml", ".yml"):
+        if path.suffix in (".yaml", ".yml") and path.is_file():
             nested = replace(at, share=at.share if at.share is not None else 1.0, inherited=effective)
             self.resolve_file(path, part, nested)
             return
@@ -299,7 +301,7 @@ def resolve_metadataset(path: str | os.PathLike[str]) -> tuple[str, list[Leaf], 
 
     Duplicate leaves (same dataset and split part reached twice within one split) are reported, not merged.
     """
-    top = Path(path).absolute()
+    top = dataset_path(path).absolute()
     r = _Resolver(top)
     doc = r.load(top)
     if doc is None:
@@ -344,7 +346,7 @@ def validate_metadataset(
     t0 = time.perf_counter()
     form, leaves, problems = resolve_metadataset(path)
     problems = list(problems)
-    reports: dict[tuple[Path, str | None], DatasetReport] = {}
+    reports: dict[tuple[DatasetPath, str | None], DatasetReport] = {}
     checked_splits: set[Any] = set()
     out: list[LeafReport] = []
     for leaf in leaves:
@@ -403,7 +405,7 @@ def validate_metadataset(
             )
         )
     return MetadatasetReport(
-        path=str(Path(path)),
+        path=str(dataset_path(path)),
         form=form,
         leaves=out,
         problems=problems,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from ..storage import dataset_path
 
 __all__ = ["PreviewItem", "describe_value", "preview_dataset"]
 
@@ -88,7 +89,8 @@ def _get(sample: Any, name: str) -> Any:
 def preview_dataset(
     path: str | os.PathLike[str], *, n: int = 4, split: str = "train", max_chars: int = 100
 ) -> tuple[list[PreviewItem], str | None]:
-    """The first `n` items of `split` of the dataset at `path` as the reference TaskEncoder cooks them.
+    """The first `n` items of `split` of the dataset at `path` (local or remote) as the reference TaskEncoder
+    cooks them.
 
     Returns (items, stop_error): `stop_error` is set when iteration ended early (e.g. a truncated shard).
     Rejected samples are items with `error` set; they count toward `n`.
@@ -121,7 +123,7 @@ def preview_dataset(
         warnings.simplefilter("ignore")
         try:
             ds = get_val_dataset(
-                str(Path(path)),
+                str(dataset_path(path)),
                 split_part=split,
                 worker_config=worker_config(rank=0, world_size=1, num_workers=0, error_handler=on_error),
                 batch_size=1,

@@ -16,8 +16,8 @@ import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..storage import DatasetPath, dataset_path
 from .checks import check_member
 from .problems import Problem
 from .tarscan import TarCorrupt, TarReader, TarTruncated, open_shard, split_name
@@ -89,7 +89,7 @@ class _Builder:
 
 
 def scan_shard(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | DatasetPath,
     name: str,
     *,
     decode: bool = True,
@@ -102,7 +102,7 @@ def scan_shard(
     samples (for `info`; the shard then counts as unfinished: no `end_offset`). `on_bytes(n)` is called as
     bytes are consumed (progress). Never raises for bad data: problems are in the result.
     """
-    path = Path(root) / name
+    path = dataset_path(root) / name
     try:
         size = path.stat().st_size
         data = open_shard(path)
@@ -190,6 +190,18 @@ def scan_shard(
                     "available": exc.available,
                     "size": size,
                 },
+            )
+        )
+    except OSError as exc:  # a read that failed part-way (remote storage, a failing disk)
+        scan.corrupt = True
+        builder.flush()
+        scan.problems.append(
+            Problem(
+                "unreadable-shard",
+                name,
+                current[0] if current else None,
+                None,
+                f"reading the shard failed after {len(scan.samples)} sample(s): {exc.strerror or exc}",
             )
         )
     except TarCorrupt as exc:

@@ -2,8 +2,8 @@
 
 Unlike `tarfile`, which silently ends an archive at a cut header or a missing end marker, `iter_members`
 raises `TarTruncated` naming the member being read when the file ends early, and `TarCorrupt` for a header
-that is not a tar header. Shards are memory-mapped (`open_shard`), so payloads are checked in place in the
-page cache, without a copy. Supports ustar, GNU long names and pax ``path``/``size`` records (what ``tarfile``,
+that is not a tar header. Local shards are memory-mapped (`open_shard`), so payloads are checked in place in
+the page cache, without a copy; remote ones are streamed in ranged reads (`primus_energon.storage`). Supports ustar, GNU long names and pax ``path``/``size`` records (what ``tarfile``,
 webdataset and GNU tar write). Non-regular entries (directories, links) are skipped, as Energon does.
 """
 
@@ -17,6 +17,9 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from ..storage import ForwardWindow
 
 __all__ = [
     "SKIP_META_RE",
@@ -132,13 +135,16 @@ class TarReader:
     """Iterates ``(member, payload)`` over every regular file of the tar held in `data`, in order.
 
     `data` is the whole archive (bytes, or an `mmap.mmap` of the shard: then payloads are zero-copy views of
-    the page cache). `payload` is a memoryview into `data` (None unless `read_data`), released when the
-    iteration moves on: keep no reference to it. Iteration raises `TarTruncated` / `TarCorrupt` at the point
+    the page cache), or a `primus_energon.storage.ForwardWindow` streaming a remote shard. `payload` is a
+    memoryview into `data` (None unless `read_data`), released when the iteration moves on: keep no
+    reference to it. Iteration raises `TarTruncated` / `TarCorrupt` at the point
     the archive breaks (members before it have been yielded). When it ends normally, the archive ended
     properly and `end_offset` is where its end-of-archive marker starts (Energon's last index entry).
     """
 
-    def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, *, read_data: bool = True) -> None:
+    def __init__(
+        self, data: bytes | bytearray | memoryview | mmap.mmap | ForwardWindow, *, read_data: bool = True
+    ) -> None:
         self.data = data
         self.read_data = read_data
         self.end_offset: int | None = None
@@ -156,7 +162,8 @@ def iter_members(
 
 def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]:
     read_data = reader.read_data
-    view = memoryview(reader.data)
+    # a ForwardWindow is sliced like a memoryview, forward only (which is how a tar is read)
+    view: Any = reader.data if isinstance(reader.data, ForwardWindow) else memoryview(reader.data)
     file_size = len(view)
     pos = 0
     long_name: str | None = None
@@ -250,13 +257,17 @@ def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]
                 with contextlib.suppress(BufferError):  # a consumer kept a view: it stays valid for it
                     payload_view.release()
     finally:
-        with contextlib.suppress(BufferError):
-            view.release()
+        if isinstance(view, memoryview):
+            with contextlib.suppress(BufferError):
+                view.release()
 
 
-def open_shard(path: str | os.PathLike[str]) -> mmap.mmap | bytes:
+def open_shard(path: str | os.PathLike[str] | Any) -> mmap.mmap | bytes | ForwardWindow:
     """The shard's bytes for `TarReader`: a read-only mmap (the file's contents where it cannot be mapped;
-    ``b""`` for an empty file). Close the mmap when done. Raises OSError if the file cannot be read."""
+    ``b""`` for an empty file), or for a `primus_energon.storage.RemotePath` a `ForwardWindow` streaming
+    it. Close the result when done. Raises OSError if the shard cannot be read."""
+    if not isinstance(path, (str, os.PathLike)):
+        return path.open_window()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:

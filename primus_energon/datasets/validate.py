@@ -20,9 +20,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
+from ..storage import DatasetPath, RemoteStorageError, dataset_dir
 from .analysis import analyze
 from .metadata import META_DIR, DatasetMeta, list_shard_files, read_index, read_metadata
 from .problems import CODES, Problem
@@ -121,7 +121,7 @@ def _progress_bar(total: int, desc: str, enabled: bool | None) -> Any:
 
 
 def scan_shards(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | DatasetPath,
     names: Sequence[str],
     *,
     workers: int = 1,
@@ -130,11 +130,11 @@ def scan_shards(
     desc: str = "validate",
 ) -> list[ShardScan]:
     """`scan_shard` for each of `names` (in that order in the result), over `workers` processes."""
-    root = str(root)
+    location = dataset_dir(root)
     sizes = []
     for n in names:
         try:
-            sizes.append((Path(root) / n).stat().st_size)
+            sizes.append((location / n).stat().st_size)
         except OSError:
             sizes.append(0)
     workers = max(1, min(workers, len(names)))
@@ -145,9 +145,10 @@ def scan_shards(
             update: Callable[[int], None] | None = bar.update if not bar.disable else None
             with _one_thread():
                 for i, n in enumerate(names):
-                    results[i] = scan_shard(root, n, decode=decode, on_bytes=update)
+                    results[i] = scan_shard(location, n, decode=decode, on_bytes=update)
         else:
-            tasks = [(i, root, n, decode) for i, n in enumerate(names)]
+            # a worker gets the location as a string (a remote one then looks up only its own shards)
+            tasks = [(i, str(location), n, decode) for i, n in enumerate(names)]
             # largest shards first keeps the pool busy; results are put back in shard order
             tasks.sort(key=lambda t: -sizes[t[0]])
             for i, scan in _pool(workers).imap_unordered(_scan_task, tasks, chunksize=1):
@@ -159,7 +160,7 @@ def scan_shards(
 
 
 # -- the checks that compare metadata with the scan ---------------------------------------------------------
-def _shard_order(meta: DatasetMeta, tars: list[str], root: Path) -> tuple[list[str], list[Problem]]:
+def _shard_order(meta: DatasetMeta, tars: list[str], root: DatasetPath) -> tuple[list[str], list[Problem]]:
     problems: list[Problem] = []
     if meta.shard_counts is None:
         return list(tars), problems
@@ -232,7 +233,7 @@ def _split_problems(meta: DatasetMeta) -> list[Problem]:
     return problems
 
 
-def _shard_problems(meta: DatasetMeta, root: Path, scan: ShardScan) -> list[Problem]:
+def _shard_problems(meta: DatasetMeta, root: DatasetPath, scan: ShardScan) -> list[Problem]:
     problems: list[Problem] = []
     listed = None if meta.shard_counts is None else meta.shard_counts.get(scan.name)
     empty = any(p.code == "empty-shard" for p in scan.problems)
@@ -397,17 +398,20 @@ def validate_dataset(
     it). `progress`: a tqdm bar on stderr (None: only on a terminal). `strict`: warnings fail too.
     `decode=False` skips payload checks (structure, keys and metadata only). `encoding_source` names where
     `encoding` came from in messages; only ``"--encoding"`` reports a difference from dataset.yaml (a
-    metadataset's subflavors override it legitimately). Raises `ValidationError` if `path` is not a
-    directory.
+    metadataset's subflavors override it legitimately). `path` may be remote (``msc://profile/prefix``): it
+    is listed once and its shards are streamed. Raises `ValidationError` if `path` is not a directory.
 
     With `workers` > 1 the shards are scanned by a pool of forkserver processes that stays up for later calls
     (`shutdown_pools` stops it); as with any multiprocessing code, a script calling this must guard its
     entry point with ``if __name__ == "__main__":``.
     """
     t0 = time.perf_counter()
-    root = Path(path)
-    if not root.is_dir():
-        raise ValidationError(f"{str(root)!r} is not a directory")
+    try:
+        root = dataset_dir(path)
+        if not root.is_dir():
+            raise ValidationError(f"{str(root)!r} is not a directory")
+    except RemoteStorageError as error:
+        raise ValidationError(str(error)) from error
     meta = read_metadata(root)
     tars, compressed = list_shard_files(root)
     problems: list[Problem] = list(meta.problems)
@@ -512,21 +516,28 @@ def validate_dataset(
 
 
 def validate_path(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | DatasetPath,
     *,
     encoding: str | None = None,
     workers: int = 1,
     progress: bool | None = False,
     strict: bool = False,
 ) -> Any:
-    """A dataset directory -> `validate_dataset`; a ``.yaml`` file -> `validate_metadataset`."""
-    p = Path(path)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        from .metadataset import validate_metadataset
+    """A dataset directory -> `validate_dataset`; a ``.yaml`` file -> `validate_metadataset`. Either may be
+    remote (``msc://profile/prefix``)."""
+    try:
+        p = dataset_dir(path)
+        if p.suffix in (".yaml", ".yml") and p.is_file():
+            from .metadataset import validate_metadataset
 
-        return validate_metadataset(p, encoding=encoding, workers=workers, progress=progress, strict=strict)
-    if p.is_dir():
-        return validate_dataset(p, encoding=encoding, workers=workers, progress=progress, strict=strict)
-    if p.exists():
+            return validate_metadataset(
+                p, encoding=encoding, workers=workers, progress=progress, strict=strict
+            )
+        if p.is_dir():
+            return validate_dataset(p, encoding=encoding, workers=workers, progress=progress, strict=strict)
+        exists = p.exists()
+    except RemoteStorageError as error:
+        raise ValidationError(str(error)) from error
+    if exists:
         raise ValidationError(f"{str(p)!r} is neither a dataset directory nor a metadataset .yaml file")
     raise ValidationError(f"{str(p)!r} does not exist")

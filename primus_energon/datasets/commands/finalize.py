@@ -48,7 +48,7 @@ def subflavor(text: str) -> tuple[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """DIR, the preparation options and the validate options."""
-    p.add_argument("dir", metavar="DIR", type=Path, help="the dataset directory holding the .tar shards")
+    p.add_argument("dir", metavar="DIR", help="the local dataset directory holding the .tar shards")
     p.add_argument(
         "--encoding",
         required=True,
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except FinalizeError as exc:
         status = error(NAME, str(exc), exc.exit_code)
-        if status == 1 and args.dir.is_dir():
+        if status == 1 and Path(args.dir).is_dir():
             print("validating the shards to show where:", file=sys.stderr)
             report = validate_dataset(
                 args.dir, encoding=args.encoding, workers=args.workers, progress=args.progress

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ...cli_types import positive_int
 from .common import add_progress, error, workers, write_json
@@ -24,7 +23,7 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """DIR, ``-n``, ``--full``, ``--workers``, ``--json`` and the progress flags."""
-    p.add_argument("dir", metavar="DIR", type=Path)
+    p.add_argument("dir", metavar="DIR", help="dataset directory, local or remote (msc://PROFILE/PREFIX)")
     p.add_argument(
         "-n", "--samples", type=positive_int, default=16, metavar="N", help="samples to inspect (default: 16)"
     )
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         info = dataset_info(
             args.dir, samples=args.samples, full=args.full, workers=args.workers, progress=args.progress
         )
-    except FileNotFoundError as exc:
+    except OSError as exc:  # not a directory, or a remote location that cannot be listed
         return error(NAME, str(exc))
     out = sys.stderr if args.json == "-" else sys.stdout
     out.write(render_info(info))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ...cli_types import positive_int
 from .common import error
@@ -26,7 +25,7 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """DIR, ``-n``, ``--split``, ``--max-chars``."""
-    p.add_argument("dir", metavar="DIR", type=Path)
+    p.add_argument("dir", metavar="DIR", help="dataset directory, local or remote (msc://PROFILE/PREFIX)")
     p.add_argument("-n", type=positive_int, default=4, metavar="N", help="samples to show (default: 4)")
     p.add_argument("--split", default="train", help="split part to read (default: train)")
     p.add_argument(
@@ -36,10 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the preview of ``args.dir``; the exit status."""
+    from ...storage import RemoteStorageError, dataset_dir
     from ..preview import preview_dataset, render_preview
 
-    if not args.dir.is_dir():
-        return error(NAME, f"{str(args.dir)!r} is not a directory")
+    try:
+        if not dataset_dir(args.dir).is_dir():
+            return error(NAME, f"{args.dir!r} is not a directory")
+    except RemoteStorageError as exc:
+        return error(NAME, str(exc))
     items, stop = preview_dataset(args.dir, n=args.n, split=args.split, max_chars=args.max_chars)
     sys.stdout.write(render_preview(items, stop))
     return 1 if stop or any(i.error for i in items) else 0

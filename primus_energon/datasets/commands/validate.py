@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...cli_types import positive_int
@@ -69,7 +68,11 @@ def add_validate_options(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """PATH, ``--encoding`` and the validate options."""
-    p.add_argument("path", metavar="PATH", type=Path, help="dataset directory or metadataset .yaml")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="dataset directory or metadataset .yaml, local or remote (msc://PROFILE/PREFIX)",
+    )
     p.add_argument(
         "--encoding",
         metavar="E",
