@@ -294,8 +294,9 @@ DatasetPath = Path | RemotePath
 
 class ForwardWindow:
     """A read-only, forward-only view of `size` bytes fetched by ``read(offset, n)`` in `chunk`-sized pieces:
-    ``window[a:b]`` is a memoryview of those bytes (shorter at the end). Slices must not start before the
-    previous slice's start; a jump forward skips the bytes between without reading them. While the caller
+    ``window[a:b]`` is a memoryview of those bytes (shorter at the end). Bytes before the last slice's
+    start may be dropped (asking for them again raises ValueError); a jump forward skips the bytes between
+    without reading them. While the caller
     works on one chunk, a thread reads the next (`readahead`)."""
 
     def __init__(
