@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["non_negative_int", "positive_int", "positive_int_or_auto"]
+__all__ = ["non_negative_int", "positive_float", "positive_int", "positive_int_or_auto"]
 
 
 def _int_at_least(text: str, minimum: int) -> int:
@@ -26,6 +26,17 @@ def _int_at_least(text: str, minimum: int) -> int:
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return _int_at_least(text, 1)
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
 
 
 def non_negative_int(text: str) -> int:

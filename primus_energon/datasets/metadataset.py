@@ -29,7 +29,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -37,6 +37,9 @@ from ..storage import DatasetPath, dataset_path
 from .metadata import META_DIR
 from .problems import Problem
 from .report import DatasetReport, LeafReport, MetadatasetReport
+
+if TYPE_CHECKING:
+    from .distributed import DistributedScanner
 
 __all__ = ["Leaf", "duplicate_leaves", "resolve_metadataset", "validate_metadataset"]
 
@@ -337,10 +340,11 @@ def validate_metadataset(
     workers: int = 1,
     progress: bool | None = False,
     strict: bool = False,
+    scanner: DistributedScanner | None = None,
 ) -> MetadatasetReport:
     """Resolve the metadataset at `path`, then validate each distinct leaf once with the encoding its
     effective subflavors give it (`encoding` overrides). The report is ok only when the metadataset and
-    every leaf are."""
+    every leaf are. `scanner`: see `validate_dataset`."""
     from .validate import validate_dataset
 
     t0 = time.perf_counter()
@@ -360,6 +364,7 @@ def validate_metadataset(
                 progress=progress,
                 strict=strict,
                 encoding_source="--encoding" if encoding else "the metadataset's subflavors",
+                scanner=scanner,
             )
             reports[k] = report
             problems += [p.with_dataset(str(leaf.path)) for p in report.problems]
@@ -411,4 +416,5 @@ def validate_metadataset(
         problems=problems,
         strict=strict,
         elapsed_s=time.perf_counter() - t0,
+        distributed=None if scanner is None else {"world_size": scanner.world_size},
     )

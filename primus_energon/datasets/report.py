@@ -82,6 +82,8 @@ class DatasetReport:
     strict: bool = False
     elapsed_s: float = 0.0
     bytes_scanned: int = 0
+    #: under torchrun: ``{"world_size": W, "ranks": {shard: rank that read it}}``; None in one process
+    distributed: dict[str, Any] | None = None
 
     kind = "dataset"
 
@@ -128,6 +130,7 @@ class DatasetReport:
             "shards": [s.to_dict() for s in self.shards],
             "members": {n: m.to_dict() for n, m in self.members.items()},
             "problems": [p.to_dict() for p in self.problems],
+            **({} if self.distributed is None else {"distributed": self.distributed}),
         }
 
     def to_json(self) -> str:
@@ -173,6 +176,8 @@ class MetadatasetReport:
     problems: list[Problem]
     strict: bool = False
     elapsed_s: float = 0.0
+    #: under torchrun: ``{"world_size": W}`` (each leaf's report says which rank read which shard)
+    distributed: dict[str, Any] | None = None
 
     kind = "metadataset"
 
@@ -215,6 +220,7 @@ class MetadatasetReport:
             "summary": self.summary(),
             "leaves": [leaf.to_dict() for leaf in self.leaves],
             "problems": [p.to_dict() for p in self.problems],
+            **({} if self.distributed is None else {"distributed": self.distributed}),
         }
 
     def to_json(self) -> str:

@@ -16,13 +16,14 @@ import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..storage import DatasetPath, dataset_path
 from .checks import check_member
 from .problems import Problem
 from .tarscan import TarCorrupt, TarReader, TarTruncated, open_shard, split_name
 
-__all__ = ["MemberSig", "SampleRecord", "ShardScan", "scan_shard"]
+__all__ = ["MemberSig", "SampleRecord", "ShardScan", "scan_from_dict", "scan_shard", "scan_to_dict"]
 
 #: (member name, kind, dtype, shape); dtype/shape None when the member holds no readable tensor or image
 MemberSig = tuple[str, str, str | None, tuple[int, ...] | None]
@@ -62,6 +63,44 @@ class ShardScan:
     @property
     def broken(self) -> bool:
         return self.truncated or self.corrupt
+
+
+def scan_to_dict(scan: ShardScan) -> dict[str, Any]:
+    """`scan` as plain JSON data (what one rank of a distributed validation sends rank 0)."""
+    return {
+        "name": scan.name,
+        "size": scan.size,
+        "samples": [[r.key, r.offset, [list(m) for m in r.members], r.partial] for r in scan.samples],
+        "problems": [
+            [p.code, p.shard, p.key, p.member, p.message, p.hint, p.severity, p.dataset, p.detail]
+            for p in scan.problems
+        ],
+        "end_offset": scan.end_offset,
+        "truncated": scan.truncated,
+        "corrupt": scan.corrupt,
+        "ignored_entries": scan.ignored_entries,
+        "ranges": scan.ranges,
+    }
+
+
+def scan_from_dict(doc: dict[str, Any]) -> ShardScan:
+    """The inverse of `scan_to_dict`: an equal `ShardScan` (member signatures as tuples, layouts shared)."""
+    interned: dict[tuple[MemberSig, ...], tuple[MemberSig, ...]] = {}
+    samples = []
+    for key, offset, members, partial in doc["samples"]:
+        sigs = tuple((m[0], m[1], m[2], None if m[3] is None else tuple(m[3])) for m in members)
+        samples.append(SampleRecord(key, offset, interned.setdefault(sigs, sigs), partial))
+    return ShardScan(
+        name=doc["name"],
+        size=doc["size"],
+        samples=samples,
+        problems=[Problem(*fields) for fields in doc["problems"]],
+        end_offset=doc["end_offset"],
+        truncated=doc["truncated"],
+        corrupt=doc["corrupt"],
+        ignored_entries=doc["ignored_entries"],
+        ranges={k: list(v) for k, v in doc["ranges"].items()},
+    )
 
 
 class _Builder:

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..storage import DatasetPath, RemoteStorageError, dataset_dir
 from .analysis import analyze
@@ -29,10 +29,14 @@ from .problems import CODES, Problem
 from .report import DatasetReport, ShardSummary
 from .scan import ShardScan, scan_shard
 
+if TYPE_CHECKING:
+    from .distributed import DistributedScanner
+
 __all__ = [
     "ValidationError",
     "default_workers",
     "scan_shards",
+    "shard_sizes",
     "shutdown_pools",
     "validate_dataset",
     "validate_path",
@@ -46,12 +50,17 @@ class ValidationError(Exception):
 
 
 def default_workers() -> int:
-    """What ``--workers auto`` means: the CPUs this process may use, at most 8."""
+    """What ``--workers auto`` means: the CPUs this process may use, at most 8; under torchrun, shared
+    among the ranks on this node (``LOCAL_WORLD_SIZE``)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         n = os.cpu_count() or 1
-    return max(1, min(8, n))
+    try:
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local_ranks = 1
+    return max(1, min(8, n // local_ranks))
 
 
 # -- scanning, in process or in a pool --------------------------------------------------------------------------
@@ -120,6 +129,17 @@ def _progress_bar(total: int, desc: str, enabled: bool | None) -> Any:
     )
 
 
+def shard_sizes(location: DatasetPath, names: Sequence[str]) -> list[int]:
+    """The size of each shard in bytes (0 for one that cannot be looked up)."""
+    sizes = []
+    for n in names:
+        try:
+            sizes.append((location / n).stat().st_size)
+        except OSError:
+            sizes.append(0)
+    return sizes
+
+
 def scan_shards(
     root: str | os.PathLike[str] | DatasetPath,
     names: Sequence[str],
@@ -128,21 +148,24 @@ def scan_shards(
     decode: bool = True,
     progress: bool | None = False,
     desc: str = "validate",
+    on_bytes: Callable[[int], None] | None = None,
 ) -> list[ShardScan]:
-    """`scan_shard` for each of `names` (in that order in the result), over `workers` processes."""
+    """`scan_shard` for each of `names` (in that order in the result), over `workers` processes.
+    `on_bytes(n)`: called as bytes are scanned (per few MiB in process, per shard from a pool)."""
     location = dataset_dir(root)
-    sizes = []
-    for n in names:
-        try:
-            sizes.append((location / n).stat().st_size)
-        except OSError:
-            sizes.append(0)
+    sizes = shard_sizes(location, names)
     workers = max(1, min(workers, len(names)))
     bar = _progress_bar(sum(sizes), desc, progress)
     results: list[ShardScan | None] = [None] * len(names)
+
+    def advance(n: int) -> None:
+        bar.update(n)
+        if on_bytes is not None:
+            on_bytes(n)
+
     try:
         if workers == 1:
-            update: Callable[[int], None] | None = bar.update if not bar.disable else None
+            update: Callable[[int], None] | None = advance if on_bytes or not bar.disable else None
             with _one_thread():
                 for i, n in enumerate(names):
                     results[i] = scan_shard(location, n, decode=decode, on_bytes=update)
@@ -153,7 +176,7 @@ def scan_shards(
             tasks.sort(key=lambda t: -sizes[t[0]])
             for i, scan in _pool(workers).imap_unordered(_scan_task, tasks, chunksize=1):
                 results[i] = scan
-                bar.update(sizes[i])
+                advance(sizes[i])
     finally:
         bar.close()
     return [r for r in results if r is not None]
@@ -390,6 +413,7 @@ def validate_dataset(
     strict: bool = False,
     decode: bool = True,
     encoding_source: str = "--encoding",
+    scanner: DistributedScanner | None = None,
 ) -> DatasetReport:
     """Validate the dataset directory `path`; returns the report (``report.ok`` tells the verdict).
 
@@ -399,7 +423,9 @@ def validate_dataset(
     `decode=False` skips payload checks (structure, keys and metadata only). `encoding_source` names where
     `encoding` came from in messages; only ``"--encoding"`` reports a difference from dataset.yaml (a
     metadataset's subflavors override it legitimately). `path` may be remote (``msc://profile/prefix``): it
-    is listed once and its shards are streamed. Raises `ValidationError` if `path` is not a directory.
+    is listed once and its shards are streamed. `scanner`: reads the shards instead of this process (the
+    ranks of a torchrun job, `primus_energon.datasets.distributed`); the report is the same, plus which
+    rank read which shard. Raises `ValidationError` if `path` is not a directory.
 
     With `workers` > 1 the shards are scanned by a pool of forkserver processes that stays up for later calls
     (`shutdown_pools` stops it); as with any multiprocessing code, a script calling this must guard its
@@ -437,7 +463,7 @@ def validate_dataset(
             Problem("missing-shard", None, None, None, f"no .tar shards in {root} (nothing to train on)")
         )
     problems += _split_problems(meta)
-    scans = scan_shards(
+    scans = (scanner or scan_shards)(
         root, order, workers=workers, decode=decode, progress=progress, desc=f"validate {root.name}"
     )
     for scan in scans:
@@ -512,6 +538,7 @@ def validate_dataset(
         strict=strict,
         elapsed_s=time.perf_counter() - t0,
         bytes_scanned=sum(s.size for s in scans),
+        distributed=None if scanner is None else scanner.placement(root, order),
     )
 
 
@@ -522,19 +549,22 @@ def validate_path(
     workers: int = 1,
     progress: bool | None = False,
     strict: bool = False,
+    scanner: DistributedScanner | None = None,
 ) -> Any:
     """A dataset directory -> `validate_dataset`; a ``.yaml`` file -> `validate_metadataset`. Either may be
-    remote (``msc://profile/prefix``)."""
+    remote (``msc://profile/prefix``). `scanner`: see `validate_dataset`."""
     try:
         p = dataset_dir(path)
         if p.suffix in (".yaml", ".yml") and p.is_file():
             from .metadataset import validate_metadataset
 
             return validate_metadataset(
-                p, encoding=encoding, workers=workers, progress=progress, strict=strict
+                p, encoding=encoding, workers=workers, progress=progress, strict=strict, scanner=scanner
             )
         if p.is_dir():
-            return validate_dataset(p, encoding=encoding, workers=workers, progress=progress, strict=strict)
+            return validate_dataset(
+                p, encoding=encoding, workers=workers, progress=progress, strict=strict, scanner=scanner
+            )
         exists = p.exists()
     except RemoteStorageError as error:
         raise ValidationError(str(error)) from error

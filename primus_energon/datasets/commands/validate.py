@@ -7,10 +7,11 @@ of the options and the report output that ``finalize`` shares (it validates what
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import TYPE_CHECKING
 
-from ...cli_types import positive_int
+from ...cli_types import positive_float, positive_int
 from .common import add_progress, error, workers, write_json
 
 if TYPE_CHECKING:
@@ -80,6 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check against this encoding (default: dataset.yaml's subflavors.encoding, else detected)",
     )
     add_validate_options(p)
+    p.add_argument(
+        "--rank-timeout",
+        type=positive_float,
+        default=300.0,
+        metavar="S",
+        help="under torchrun: fail the run when a rank sends no heartbeat for S seconds (default: 300)",
+    )
 
 
 def emit(report: DatasetReport | MetadatasetReport, args: argparse.Namespace) -> int:
@@ -100,10 +108,56 @@ def emit(report: DatasetReport | MetadatasetReport, args: argparse.Namespace) ->
     return 0 if report.ok else 1
 
 
-def run(args: argparse.Namespace) -> int:
-    """Validate ``args.path``; the exit status."""
+def _run_ranks(args: argparse.Namespace) -> int:
+    """One rank of a torchrun job: rank 0 validates and reports, the others read the shards it assigns."""
+    from ..distributed import DistributedScanner, RankFailure, RankGroup, serve
     from ..validate import ValidationError, validate_path
 
+    group = RankGroup(args.rank_timeout)
+    try:
+        if group.rank != 0:
+            return serve(group, workers=args.workers)
+        scanner = DistributedScanner(group, progress=args.progress)
+
+        def stopped(signum: int, frame: object) -> None:
+            # torchrun stops every rank with SIGTERM when one rank exits (it crashed, or was killed)
+            raise RankFailure(
+                f"the job was stopped (signal {signum}; torchrun stops every rank when one exits): "
+                f"{scanner.unfinished()}"
+            )
+
+        signal.signal(signal.SIGTERM, stopped)
+        try:
+            report = validate_path(
+                args.path,
+                encoding=args.encoding,
+                workers=args.workers,
+                progress=args.progress,
+                strict=args.strict,
+                scanner=scanner,
+            )
+        except (ValidationError, RankFailure) as exc:
+            status = error(NAME, str(exc), 2 if isinstance(exc, ValidationError) else 3)
+            scanner.abort(str(exc))
+            return status
+        except BaseException as exc:
+            scanner.abort(f"rank 0 failed: {type(exc).__name__}: {exc}")
+            raise
+        status = emit(report, args)
+        scanner.finish()
+        return status
+    finally:
+        group.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate ``args.path``; the exit status. Under torchrun (world size > 1) the ranks share the
+    shards and rank 0 writes the report."""
+    from ..distributed import torchrun_world
+    from ..validate import ValidationError, validate_path
+
+    if torchrun_world() is not None:
+        return _run_ranks(args)
     try:
         report = validate_path(
             args.path,
