@@ -9,7 +9,6 @@ import io
 import json
 import os
 import re
-import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,8 @@ from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.energon_compat import get_val_dataset, short_loader, worker_config
-from primus_energon.formats import SIZES, member_kind, split_member_name
+from primus_energon.formats import SIZES, member_kind
+from primus_energon.storage import DatasetPath, dataset_dir, dataset_path
 from primus_energon.synthetic import (
     ImageSpec,
     Schema,
@@ -110,7 +110,7 @@ def read_crude(
             text = f"{type(error).__name__}: {error}"
             if cause is not None and str(cause) not in text:
                 text += f" (from {type(cause).__name__}: {cause})"
-            refused.append(f"{where} of {Path(dataset).name}: {' '.join(text.split())[:300]}")
+            refused.append(f"{where} of {dataset_path(dataset).name}: {' '.join(text.split())[:300]}")
 
     config = worker_config(rank=0, world_size=1, num_workers=0, error_handler=record)
     ds = get_val_dataset(
@@ -128,13 +128,13 @@ def read_crude(
                 samples.append(batch.samples[0])
         except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
             refused.append(
-                f"reading {Path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
+                f"reading {dataset_path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
             )
     return samples
 
 
-def _dataset_subflavors(path: Path) -> dict[str, Any]:
-    meta = path / ".nv-meta" / "dataset.yaml"
+def _dataset_subflavors(path: DatasetPath) -> dict[str, Any]:
+    meta = dataset_path(path) / ".nv-meta" / "dataset.yaml"
     config = yaml.safe_load(meta.read_text(encoding="utf-8")) if meta.exists() else {}
     return dict((config or {}).get("subflavors") or {})
 
@@ -142,24 +142,30 @@ def _dataset_subflavors(path: Path) -> dict[str, Any]:
 def infer_schema(dataset: str | os.PathLike) -> Schema:
     """A schema that describes the first sample of a user's dataset (member kinds, tensor shapes/dtypes),
     so that variants of the user's own format can be generated."""
-    path = Path(dataset)
-    shard = next(iter(sorted(path.glob("**/*.tar"))), None)
-    if shard is None:
+    from primus_energon.datasets.metadata import list_shard_files
+    from primus_energon.datasets.tarscan import TarReader, open_shard
+
+    path = dataset_dir(dataset)  # local or remote; the first shard is read with the validator's tar reader
+    shards, _ = list_shard_files(path)
+    if not shards:
         raise ValueError(f"{str(path)!r} has no .tar shards")
     members: dict[str, MemberSpec] = {}
     first_key = None
-    with tarfile.open(shard) as tar:
-        for info in tar:
-            split = split_member_name(info.name)
-            if not info.isfile() or split is None:
+    data = open_shard(path / shards[0])
+    try:
+        for member, payload in TarReader(data):
+            if member.key is None or member.part is None or payload is None:
                 continue
-            key, member = split
             if first_key is None:
-                first_key = key
-            if key != first_key:
+                first_key = member.key
+            if member.key != first_key:
                 break
-            data = tar.extractfile(info).read()
-            members[member] = _spec_for(member, data)
+            members[member.part] = _spec_for(member.part, bytes(payload))
+    finally:
+        close = getattr(data, "close", None)
+        if close is not None:
+            with contextlib.suppress(BufferError):
+                close()
     encoding = str(_dataset_subflavors(path).get("encoding", "custom"))
     return Schema(encoding=encoding, members=members)
 
@@ -349,11 +355,11 @@ class Workspace:
             self._cache[name] = out
         return self._cache[name]
 
-    def main(self, encoding: str | None) -> Path:
-        """The clean dataset checks run on: the user's ``--dataset``, else a generated one."""
-        return Path(self.dataset) if self.dataset else self.generated(encoding)
+    def main(self, encoding: str | None) -> DatasetPath:
+        """The clean dataset checks run on: the user's ``--dataset`` (local or remote), else a generated one."""
+        return dataset_path(self.dataset) if self.dataset else self.generated(encoding)
 
-    def subflavors(self, path: Path) -> dict[str, Any]:
+    def subflavors(self, path: DatasetPath) -> dict[str, Any]:
         return _dataset_subflavors(path)
 
     def members(self, encoding: str | None) -> Mapping[str, MemberSpec]:

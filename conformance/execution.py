@@ -7,7 +7,6 @@ import contextlib
 import inspect
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from megatron.energon import (
@@ -25,6 +24,7 @@ from primus_energon.energon_compat import (
     reraise_exception,
     worker_config,
 )
+from primus_energon.storage import dataset_path
 
 from .results import PropertyFailure, PropertySkipped
 from .target import Target
@@ -189,7 +189,7 @@ def build_loader(
         error_handler=reraise_exception if on_error == "raise" else log_exception,
     )
     task_encoder = task_encoder or target.make_task_encoder()
-    with target_call(f"building {target.describe()}'s loader over {Path(path).name}"):
+    with target_call(f"building {target.describe()}'s loader over {dataset_path(path).name}"):
         return _build(
             path,
             config,

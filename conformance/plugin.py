@@ -249,11 +249,20 @@ def _check_usage(config: pytest.Config) -> None:
             encodings.setdefault(encoding, schema)
     dataset = config.getoption(option_dest("dataset"))
     if dataset:
-        path = Path(dataset)
-        if path.suffix in (".yaml", ".yml"):
-            if not path.is_file():
-                problems.append(f"--conformance-dataset {dataset}: no such metadataset file")
-        elif not (path / ".nv-meta" / "dataset.yaml").is_file():
+        from primus_energon.storage import RemoteStorageError, dataset_dir
+
+        try:
+            path = dataset_dir(
+                dataset
+            )  # local, or remote (msc://...): never through pathlib, which breaks URLs
+            is_metadataset = path.suffix in (".yaml", ".yml")
+            found = path.is_file() if is_metadataset else (path / ".nv-meta" / "dataset.yaml").is_file()
+        except RemoteStorageError as error:
+            problems.append(f"--conformance-dataset {dataset}: {error}")
+            is_metadataset, found = False, True
+        if is_metadataset and not found:
+            problems.append(f"--conformance-dataset {dataset}: no such metadataset file")
+        elif not found:
             problems.append(
                 f"--conformance-dataset {dataset}: not a prepared dataset (no .nv-meta/dataset.yaml) and not a "
                 "metadataset .yaml; prepare it with `primus-energon finalize DIR --encoding NAME`"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ from primus_energon.synthetic import (
     generate_dataset,
     write_metadataset,
 )
-from tests.helpers import SMALL_SHAPES
+from tests.helpers import SMALL_SHAPES, run_pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -263,3 +264,39 @@ def test_forward_window_ends_where_a_short_object_ends() -> None:
     assert len(bytes(window[0:4096])) == 1000
     assert len(window) == 1000
     window.close()
+
+
+# -- the conformance suite on a remote dataset -------------------------------------------------------------
+@pytest.mark.slow
+def test_quick_profile_passes_the_reference_task_encoder_on_a_remote_dataset(
+    store: LoopbackObjectStore, tmp_path: Path
+) -> None:
+    run = run_pytest(
+        tmp_path,
+        "--rootdir",
+        str(tmp_path),
+        "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+        "--conformance-profile=quick",
+        f"--conformance-dataset={store.url('clean')}",
+        "-q",
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "formats checked: preencoded (inferred from msc://loopback/clean)" in run.stdout
+    assert (
+        re.search(r"\b(\d+) pass, \d+ skip\b", run.stdout)
+        and " error" not in run.stdout.split("conformance claims")[-1]
+    )
+
+
+def test_conformance_dataset_that_is_not_there_is_a_usage_error(
+    store: LoopbackObjectStore, tmp_path: Path
+) -> None:
+    run = run_pytest(
+        tmp_path,
+        "--rootdir",
+        str(tmp_path),
+        "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+        "--conformance-dataset=msc://loopback/absent",
+    )
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "--conformance-dataset msc://loopback/absent: not a prepared dataset" in run.stderr

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from primus_energon.storage import dataset_path
+
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..fingerprint import first_difference
@@ -105,7 +107,7 @@ def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dic
     first, second = a["batches"], b["batches"]
     where = (
         f"two fresh processes with seed {ctx.seed} (PYTHONHASHSEED=1 and 2), num_workers={nw}, dataset "
-        f"{Path(dataset).name}"
+        f"{dataset_path(dataset).name}"
     )
     if len(first) != len(second):
         return f"{where}: expected the same number of batches, observed {len(first)} and {len(second)}"
@@ -131,7 +133,7 @@ def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other
         return (
             f"seed has no effect on the order for num_workers={nw}: seeds {ctx.seed} and {ctx.seed + 1} "
             f"delivered the same samples in the same order (first batches {shown}; dataset "
-            f"{Path(dataset).name}); expected a different order for another seed"
+            f"{dataset_path(dataset).name}); expected a different order for another seed"
         )
     return None
 
