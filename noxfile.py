@@ -4,6 +4,7 @@ nox -s tests       the test suite, in parallel (pytest-xdist), with a junit repo
 nox -s lint        ruff check and ruff format --check
 nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
 nox -s demo        the end-to-end demo (examples/demo.py)
+nox -s remote_speed     validate over object storage vs a plain boto3 read, and torchrun scaling 1 -> 4 ranks
 """
 
 from __future__ import annotations
@@ -141,4 +142,15 @@ def conformance_speed(session: nox.Session) -> None:
         "--out",
         "reports/benchmarks/conformance_speed.json",
         *session.posargs,
+    )
+
+
+@nox.session(python="3.11")
+def remote_speed(session: nox.Session) -> None:
+    """validate over msc:// (a loopback S3 server) beside a plain boto3 read of the same objects, and
+    torchrun validate on 1, 2 and 4 ranks; results in reports/benchmarks/remote.json. Extra arguments go to
+    `python -m benchmarks.bench_remote`."""
+    _install(session)
+    session.run(
+        "python", "-m", "benchmarks.bench_remote", "--out", "reports/benchmarks/remote.json", *session.posargs
     )

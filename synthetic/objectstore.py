@@ -71,6 +71,7 @@ class LoopbackObjectStore:
         if self._server is not None:
             self._server.stop()
             self._server = None
+            self._forget_client()
         if self.config_file is not None:
             if self._saved_config is None:
                 os.environ.pop("MSC_CONFIG", None)
@@ -80,6 +81,18 @@ class LoopbackObjectStore:
         if self._config_dir is not None:
             self._config_dir.cleanup()
             self._config_dir = None
+
+    def _forget_client(self) -> None:
+        # multi-storage-client keeps one client per profile name for the life of the process and has no
+        # public way to drop it; without this, a later store with the same profile (another port) would be
+        # reached through the client of this stopped one
+        try:
+            from multistorageclient import shortcuts
+        except ImportError:  # pragma: no cover - an Energon dependency
+            return
+        cache = getattr(shortcuts, "_STORAGE_CLIENT_CACHE", None)
+        if isinstance(cache, dict):
+            cache.pop(self.profile, None)
 
     def __enter__(self) -> LoopbackObjectStore:
         return self.start()

@@ -64,10 +64,15 @@ def default_workers() -> int:
 
 
 # -- scanning, in process or in a pool --------------------------------------------------------------------------
-def _init_worker() -> None:
+def _init_worker(msc_config: str | None) -> None:
     import torch
 
     torch.set_num_threads(1)
+    # the forkserver keeps the environment it started with; remote paths need the caller's profile file
+    if msc_config is None:
+        os.environ.pop("MSC_CONFIG", None)
+    else:
+        os.environ["MSC_CONFIG"] = msc_config
 
 
 def _scan_task(args: tuple[int, str, str, bool]) -> tuple[int, ShardScan]:
@@ -75,19 +80,27 @@ def _scan_task(args: tuple[int, str, str, bool]) -> tuple[int, ShardScan]:
     return index, scan_shard(root, name, decode=decode)
 
 
-_POOLS: dict[int, Any] = {}
+_POOLS: dict[tuple[int, str | None], Any] = {}
+_AT_EXIT: list[bool] = []
 
 
 def _pool(workers: int) -> Any:
     """A process pool of `workers` scanners, started once per process and reused (metadataset leaves, repeated
-    calls); forkserver children with torch preloaded, one torch thread each. Closed at exit."""
-    pool = _POOLS.get(workers)
+    calls); forkserver children with torch preloaded, one torch thread each. Closed at exit. A pool serves
+    one ``MSC_CONFIG``: when it changes, the pools are replaced (their storage clients know the old one)."""
+    msc_config = os.environ.get("MSC_CONFIG")
+    pool = _POOLS.get((workers, msc_config))
     if pool is None:
+        if any(key[1] != msc_config for key in _POOLS):
+            shutdown_pools()
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["primus_energon.datasets.scan"])
-        pool = _POOLS[workers] = ctx.Pool(workers, initializer=_init_worker)
-        if len(_POOLS) == 1:
+        pool = _POOLS[(workers, msc_config)] = ctx.Pool(
+            workers, initializer=_init_worker, initargs=(msc_config,)
+        )
+        if not _AT_EXIT:
             atexit.register(shutdown_pools)
+            _AT_EXIT.append(True)
     return pool
 
 
