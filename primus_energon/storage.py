@@ -193,7 +193,11 @@ class RemotePath:
         except FileNotFoundError:
             return {}
         except Exception as error:
-            raise RemoteStorageError(f"cannot list {self.url}: {type(error).__name__}: {error}") from error
+            raise RemoteStorageError(
+                f"cannot list {self.url}: {type(error).__name__}: {error}. Check the endpoint and the "
+                f"credentials of profile {self._epath.profile!r} in the multi-storage-client configuration "
+                f"({os.environ.get('MSC_CONFIG') or '~/.msc_config.yaml'})"
+            ) from error
         return dict(sorted(files.items()))
 
     def _listed(self) -> dict[str, int] | None:

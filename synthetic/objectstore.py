@@ -103,8 +103,15 @@ class LoopbackObjectStore:
     # -- use -----------------------------------------------------------------------------------------------
     def msc_config(self) -> str:
         """The multi-storage-client configuration (YAML) with this store's profile."""
+        # "default" is the local file system: Energon 7.0-7.2 open local paths through it, and
+        # multi-storage-client < 1 has it only when no configuration file is given
         return (
             "profiles:\n"
+            "  default:\n"
+            "    storage_provider:\n"
+            "      type: file\n"
+            "      options:\n"
+            "        base_path: /\n"
             f"  {self.profile}:\n"
             "    storage_provider:\n"
             "      type: s3\n"
