@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...cli_types import positive_float, positive_int
 from .common import add_progress, error, workers, write_json
 
 if TYPE_CHECKING:
+    from ..distributed import DistributedScanner
     from ..report import DatasetReport, MetadatasetReport
 
 __all__ = ["DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "add_validate_options", "emit", "run"]
@@ -108,10 +109,24 @@ def emit(report: DatasetReport | MetadatasetReport, args: argparse.Namespace) ->
     return 0 if report.ok else 1
 
 
+def _validate(args: argparse.Namespace, scanner: DistributedScanner | None = None) -> Any:
+    """`validate_path` with the command's options (`scanner`: the ranks of a torchrun job)."""
+    from ..validate import validate_path
+
+    return validate_path(
+        args.path,
+        encoding=args.encoding,
+        workers=args.workers,
+        progress=args.progress,
+        strict=args.strict,
+        scanner=scanner,
+    )
+
+
 def _run_ranks(args: argparse.Namespace) -> int:
     """One rank of a torchrun job: rank 0 validates and reports, the others read the shards it assigns."""
     from ..distributed import DistributedScanner, RankFailure, RankGroup, serve
-    from ..validate import ValidationError, validate_path
+    from ..validate import ValidationError
 
     group = RankGroup(args.rank_timeout)
     try:
@@ -128,14 +143,7 @@ def _run_ranks(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, stopped)
         try:
-            report = validate_path(
-                args.path,
-                encoding=args.encoding,
-                workers=args.workers,
-                progress=args.progress,
-                strict=args.strict,
-                scanner=scanner,
-            )
+            report = _validate(args, scanner)
         except (ValidationError, RankFailure) as exc:
             status = error(NAME, str(exc), 2 if isinstance(exc, ValidationError) else 3)
             scanner.abort(str(exc))
@@ -154,18 +162,12 @@ def run(args: argparse.Namespace) -> int:
     """Validate ``args.path``; the exit status. Under torchrun (world size > 1) the ranks share the
     shards and rank 0 writes the report."""
     from ..distributed import torchrun_world
-    from ..validate import ValidationError, validate_path
+    from ..validate import ValidationError
 
     if torchrun_world() is not None:
         return _run_ranks(args)
     try:
-        report = validate_path(
-            args.path,
-            encoding=args.encoding,
-            workers=args.workers,
-            progress=args.progress,
-            strict=args.strict,
-        )
+        report = _validate(args)
     except ValidationError as exc:
         return error(NAME, str(exc))
     return emit(report, args)
