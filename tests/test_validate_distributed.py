@@ -3,6 +3,7 @@ on object-storage datasets; a rank that hangs (SIGSTOP) or dies (SIGKILL) fails 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -119,8 +120,9 @@ def test_torchrun_over_object_storage_equals_the_local_report(data: dict[str, Pa
     assert without_placement(remote) == expected, dist.stderr
 
 
-def _rank_pid(rank: int, deadline: float) -> int:
-    """The pid of the validate process torchrun started as `rank` (found in /proc by its environment)."""
+def _rank_pid(rank: int, report: Path, deadline: float) -> int:
+    """The pid of the validate process torchrun started as `rank` for the job writing `report` (found in
+    /proc by its command line and environment; other tests' jobs may be running beside it)."""
     while time.monotonic() < deadline:
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -130,7 +132,8 @@ def _rank_pid(rank: int, deadline: float) -> int:
                 environ = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"primus_energon\0validate" in cmdline and f"RANK={rank}".encode() in environ:
+            mine = b"primus_energon\0validate" in cmdline and str(report).encode() in cmdline
+            if mine and f"RANK={rank}".encode() in environ:
                 if b"torch.distributed.run" not in cmdline:
                     return int(entry.name)
         time.sleep(0.01)
@@ -143,28 +146,33 @@ def test_a_rank_that_hangs_or_dies_fails_the_run_naming_it(
 ) -> None:
     cmd = torchrun_cmd(2, data["clean"], tmp_path / "r.json", "--workers", "1", "--rank-timeout", "4")
     started = time.monotonic()
-    job = subprocess.Popen(
-        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    job = subprocess.Popen(  # its own process group: cleanup ends torchrun and every rank it started
+        cmd,
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     victim = None
     try:
-        victim = _rank_pid(1, started + 60)
+        victim = _rank_pid(1, tmp_path / "r.json", started + 60)
         os.kill(victim, signal.SIGSTOP)
         if how == "hangs":  # rank 0 gives up on it; the stopped process is then ours to end
-            _rank_gone(0, started + 120)
+            _rank_gone(0, tmp_path / "r.json", started + 120)
         else:  # let rank 0 get to its shards, then the rank dies (as under the OOM killer)
             time.sleep(3)
         os.kill(victim, signal.SIGKILL)
         out, _ = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-        if victim is not None:
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    finally:  # the stopped rank first (a stopped process ignores all but SIGKILL), then torchrun's group
+        for pid in (victim,) if victim is not None else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        if job.returncode is None:
+            job.communicate(timeout=60)
     elapsed = time.monotonic() - started
     assert job.returncode != 0, out
     if how == "hangs":
@@ -181,8 +189,8 @@ def test_a_rank_that_hangs_or_dies_fails_the_run_naming_it(
     assert elapsed < 120
 
 
-def _rank_gone(rank: int, deadline: float) -> None:
-    pid = _rank_pid(rank, deadline)
+def _rank_gone(rank: int, report: Path, deadline: float) -> None:
+    pid = _rank_pid(rank, report, deadline)
     while time.monotonic() < deadline:
         if not Path(f"/proc/{pid}").exists() or "Z" in _state(pid):
             return

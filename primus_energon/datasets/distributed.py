@@ -80,9 +80,17 @@ class RankGroup:
     def __init__(self, timeout_s: float = RANK_TIMEOUT_S) -> None:
         import torch.distributed as dist
 
-        store, self.rank, self.world_size = next(
-            dist.rendezvous("env://", timeout=timedelta(seconds=max(timeout_s, 30.0)))
-        )
+        wait = max(timeout_s, 30.0)
+        try:
+            store, self.rank, self.world_size = next(
+                dist.rendezvous("env://", timeout=timedelta(seconds=wait))
+            )
+        except Exception as error:  # torch raises several types for a store that does not come up
+            raise RankFailure(
+                f"rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')} could not join the job's store at "
+                f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} within {wait:g} s (a rank that "
+                f"never started, or a network problem): {type(error).__name__}: {error}"
+            ) from error
         run = os.environ.get("TORCHELASTIC_RUN_ID", "run")
         self.store = dist.PrefixStore(f"primus-energon/validate/{run}/", store)
         self.timeout_s = timeout_s

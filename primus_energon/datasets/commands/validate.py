@@ -128,7 +128,10 @@ def _run_ranks(args: argparse.Namespace) -> int:
     from ..distributed import DistributedScanner, RankFailure, RankGroup, serve
     from ..validate import ValidationError
 
-    group = RankGroup(args.rank_timeout)
+    try:
+        group = RankGroup(args.rank_timeout)
+    except RankFailure as exc:
+        return error(NAME, str(exc), 3)
     try:
         if group.rank != 0:
             return serve(group, workers=args.workers)
