@@ -97,7 +97,7 @@ class _Snapshot:
 class RemotePath:
     """A file or directory on object storage (see the module docstring); compares and hashes by URL."""
 
-    __slots__ = ("_epath", "_snapshot", "_rel")
+    __slots__ = ("_epath", "_snapshot", "_rel", "_size")
 
     def __init__(self, url: str | Any, *, _snapshot: _Snapshot | None = None, _rel: str = "") -> None:
         from megatron.energon.epathlib import EPath
@@ -115,6 +115,7 @@ class RemotePath:
                 ) from error
         self._snapshot = _snapshot
         self._rel = _rel
+        self._size: int | None = None  # stat()'s answer, kept: a shard is sized, then opened
 
     # -- naming --------------------------------------------------------------------------------------------
     @property
@@ -157,9 +158,9 @@ class RemotePath:
         part = PurePosixPath(os.fspath(other)).as_posix()
         if part.startswith("/") or "://" in part:
             return dataset_path(part)  # type: ignore[return-value]  # an absolute part replaces the path
-        snapshot = self._snapshot if self._snapshot is not None else None
         rel = part if not self._rel else f"{self._rel}/{part}"
-        return RemotePath(self._epath / part, _snapshot=snapshot, _rel=rel if snapshot is not None else "")
+        listed = self._snapshot is not None
+        return RemotePath(self._epath / part, _snapshot=self._snapshot, _rel=rel if listed else "")
 
     # pathlib's no-ops for a location that is always absolute
     def absolute(self) -> RemotePath:
@@ -241,8 +242,11 @@ class RemotePath:
             if size is None:
                 raise FileNotFoundError(f"{self.url} does not exist")
             return RemoteStat(size)
+        if self._size is not None:
+            return RemoteStat(self._size)
         try:
-            return RemoteStat(int(self._epath.size()))
+            self._size = int(self._epath.size())
+            return RemoteStat(self._size)
         except FileNotFoundError:
             raise
         except Exception as error:

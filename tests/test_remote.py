@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,36 +268,42 @@ def test_forward_window_ends_where_a_short_object_ends() -> None:
 
 
 # -- the conformance suite on a remote dataset -------------------------------------------------------------
-@pytest.mark.slow
-def test_quick_profile_passes_the_reference_task_encoder_on_a_remote_dataset(
-    store: LoopbackObjectStore, tmp_path: Path
-) -> None:
-    run = run_pytest(
+def suite(tmp_path: Path, dataset: str | Path, *extra: str) -> Any:
+    """The conformance suite on the reference TaskEncoder with ``--conformance-dataset DATASET``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return run_pytest(
         tmp_path,
         "--rootdir",
         str(tmp_path),
         "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
-        "--conformance-profile=quick",
-        f"--conformance-dataset={store.url('clean')}",
-        "-q",
+        f"--conformance-dataset={dataset}",
+        *extra,
     )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "formats checked: preencoded (inferred from msc://loopback/clean)" in run.stdout
-    assert (
-        re.search(r"\b(\d+) pass, \d+ skip\b", run.stdout)
-        and " error" not in run.stdout.split("conformance claims")[-1]
-    )
+
+
+def claims_line(stdout: str) -> str:
+    """The suite's ``N pass, M skip`` line."""
+    match = re.search(r"^\d+ pass, .*$", stdout.split("conformance claims")[-1], re.M)
+    assert match, stdout[-3000:]
+    return match.group(0)
+
+
+@pytest.mark.slow
+def test_quick_profile_passes_the_reference_task_encoder_on_a_remote_dataset(
+    store: LoopbackObjectStore, local: dict[str, Path], tmp_path: Path
+) -> None:
+    remote = suite(tmp_path / "remote", store.url("clean"), "--conformance-profile=quick", "-q")
+    assert remote.returncode == 0, remote.stdout[-4000:] + remote.stderr[-2000:]
+    assert "formats checked: preencoded (inferred from msc://loopback/clean)" in remote.stdout
+    here = suite(tmp_path / "local", local["clean"], "--conformance-profile=quick", "-q")
+    assert here.returncode == 0, here.stdout[-4000:]
+    assert claims_line(remote.stdout) == claims_line(here.stdout)  # the same claims checked as on the copy
+    assert " error" not in claims_line(remote.stdout)
 
 
 def test_conformance_dataset_that_is_not_there_is_a_usage_error(
     store: LoopbackObjectStore, tmp_path: Path
 ) -> None:
-    run = run_pytest(
-        tmp_path,
-        "--rootdir",
-        str(tmp_path),
-        "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
-        "--conformance-dataset=msc://loopback/absent",
-    )
+    run = suite(tmp_path, "msc://loopback/absent")
     assert run.returncode == 4, run.stdout + run.stderr
     assert "--conformance-dataset msc://loopback/absent: not a prepared dataset" in run.stderr
