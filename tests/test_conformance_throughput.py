@@ -80,3 +80,11 @@ def test_reachable_min_samples_per_s_passes(workdir: Path) -> None:
     assert result.verdict == "pass", result.message
     assert result.verdicts() == {"throughput/rate": "pass"}
     assert result.details["min_samples_per_s"] == 1e-3
+
+
+def test_a_cooker_that_pops_its_members_is_timed_on_fresh_dicts(workdir: Path) -> None:
+    """Energon hands every cook a dict of its own; the timing loop does too, so a cooker that pops the
+    members it reads is measured (its only fault, input_unchanged, is advice elsewhere)."""
+    result = _throughput("cooker", "tests.conformance_zoo.broken:cook_pops_its_members", workdir)
+    assert result.verdicts() == {"throughput/rate": "pass"}, result.message
+    assert result.details["measurements"][0]["cook_us_per_sample"] > 0

@@ -15,6 +15,7 @@ Nothing here is asserted on timing except the loader rate against ``ctx.min_samp
 
 from __future__ import annotations
 
+import copy
 import statistics
 import tarfile
 import time
@@ -84,8 +85,11 @@ def _cook_time(ctx: CheckContext, crude: list[dict[str, Any]], cookers: list) ->
     chosen = [cookers[matching_cooker(cookers, s.get("__subflavors__")) or 0] for s in crude]
     per_pass = []
     for _ in range(COOK_PASSES):
+        # Energon hands every cook a dict of its own: a cooker that pops members from its input must not
+        # find them gone on the next pass (copied before the clock starts).
+        fresh = copy.deepcopy(crude)
         elapsed = 0.0
-        for index, (sample, cooker) in enumerate(zip(crude, chosen, strict=True)):
+        for index, (sample, cooker) in enumerate(zip(fresh, chosen, strict=True)):
             with (
                 target_call(f"cooking the clean sample {sample.get('__key__')!r}"),
                 worker_context(ctx.seed, index),

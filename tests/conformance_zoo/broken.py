@@ -175,6 +175,42 @@ def cook_reseeds_global_rng(sample: dict) -> DiffusionSample:
     return _good(sample)
 
 
+@stateless
+def cook_pops_its_members(sample: dict) -> DiffusionSample:
+    """Takes its members out of the crude dict as it reads them (a common way to "free memory early").
+    Energon hands every cook a dict of its own, so the only fault is advice (input_unchanged)."""
+    taken = {member: sample.pop(member) for member in list(PREENCODED_TENSOR_MEMBERS.values())}
+    return _good({**sample, **taken})
+
+
+@stateless
+def cook_seeds_torch_constant(sample: dict) -> DiffusionSample:
+    """Seeds torch with a constant on every sample ("reproducible augmentation"): after the first cook the
+    state it leaves is the state it finds, so only a state planted before each cook shows it."""
+    torch.manual_seed(1234)
+    return _good(sample)
+
+
+@stateless
+def cook_seeds_numpy_constant(sample: dict) -> DiffusionSample:
+    np.random.seed(1234)
+    return _good(sample)
+
+
+@stateless
+def cook_seeds_random_constant(sample: dict) -> DiffusionSample:
+    random.seed(1234)
+    return _good(sample)
+
+
+@stateless
+def cook_draws_from_global_torch(sample: dict) -> DiffusionSample:
+    """Draws augmentation noise from the global torch generator without seeding it."""
+    out = _good(sample)
+    torch.rand(1)  # a coin flip it then ignores: the draw alone moves the training loop's generator
+    return out
+
+
 _BUFFER = torch.zeros(1 << 16)
 
 
@@ -535,6 +571,41 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
     "reseeds the global RNG": (
         "cooker",
         "cook_reseeds_global_rng",
+        {"encoding": "preencoded"},
+        "purity/global_rng",
+        "fail",
+    ),
+    "pops the members it reads": (
+        "cooker",
+        "cook_pops_its_members",
+        {"encoding": "preencoded"},
+        "purity/input_unchanged",
+        "advice",
+    ),
+    "seeds torch with a constant": (
+        "cooker",
+        "cook_seeds_torch_constant",
+        {"encoding": "preencoded"},
+        "purity/global_rng",
+        "fail",
+    ),
+    "seeds numpy with a constant": (
+        "cooker",
+        "cook_seeds_numpy_constant",
+        {"encoding": "preencoded"},
+        "purity/global_rng",
+        "fail",
+    ),
+    "seeds random with a constant": (
+        "cooker",
+        "cook_seeds_random_constant",
+        {"encoding": "preencoded"},
+        "purity/global_rng",
+        "fail",
+    ),
+    "draws from the global torch generator": (
+        "cooker",
+        "cook_draws_from_global_torch",
         {"encoding": "preencoded"},
         "purity/global_rng",
         "fail",
