@@ -55,7 +55,9 @@ __all__ = [
     "holds",
     "identical",
     "is_required",
+    "required_values",
     "MISSING",
+    "NESTED",
 ]
 
 MISSING = object()
@@ -170,14 +172,39 @@ def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) 
 
 
 def is_required(schema: Any, member: str, spec: Any) -> bool:
-    """Whether a member no output field holds is a defect (lost data) rather than advice: the built-in
-    formats' tensor and image members, a member the schema lists as ``required``, and any member whose
-    field the schema names."""
-    from primus_energon.formats import BUILTIN_ENCODINGS
+    """Whether a member no output field holds is a defect (lost data) rather than advice: the format
+    model's one definition (:func:`primus_energon.formats.is_required_member`)."""
+    from primus_energon.formats import is_required_member
 
-    if getattr(spec, "field", None) or member in getattr(schema, "required", ()):
-        return True
-    return schema.encoding in BUILTIN_ENCODINGS and claim_of(spec) in ("tensors", "images")
+    kind = {"tensors": "tensor", "images": "image", "text": "text"}.get(claim_of(spec), "other")
+    return is_required_member(
+        member,
+        encoding=schema.encoding,
+        kind=kind,
+        listed_required=tuple(getattr(schema, "required", ())),
+        names_field=bool(getattr(spec, "field", None)),
+    )
+
+
+def required_values(schema: Any, raw: Mapping[str, Any]) -> list[Any]:
+    """The values a sample's required members hold (tensors, texts, image pixels), read from its raw
+    member bytes by the suite's safe readers: what a pack or batch must still carry for that sample."""
+    out: list[Any] = []
+    for member, spec in schema.members.items():
+        data = raw.get(member)
+        if not isinstance(data, (bytes, bytearray)) or not is_required(schema, member, spec):
+            continue
+        try:
+            found = list(expectations(member, spec, data, required=True))
+        except Exception:  # an unreadable member: fidelity reports it
+            continue
+        for expected in found:
+            value = expected.value
+            if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+                value = torch.from_numpy(np.ascontiguousarray(value))
+            if isinstance(value, (torch.Tensor, str)):
+                out.append(value)
+    return out
 
 
 def holds(output: Any, member: str, spec: MemberSpec, data: bytes) -> bool:
@@ -362,7 +389,37 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
     for name, value in present.items():
         if not name.startswith("__") and _same_raw_bytes(expected, value):
             return name, "by raw bytes"
+    nested = _nested_place(expected, present)
+    if nested is not None:
+        return nested, NESTED
     for name in expected.aliases:
         if name in present:
             return name, "by name"
     return None, ""
+
+
+#: How :func:`locate` names a match found inside a field (a nested dict, a list of per-sample dicts): the
+#: value there is the expected one bit for bit, so there is nothing left to compare.
+NESTED = "by value, nested"
+
+
+def _nested_place(expected: Expectation, present: Mapping[str, Any]) -> str | None:
+    """The path of a value inside the output's fields that equals the expectation exactly (the payload
+    oracle's search, whole values only), or None."""
+    from .payloads import Haystack, Payload
+
+    want = _as_tensor(expected.value)
+    if want is None and not isinstance(expected.value, str):
+        return None
+    if want is not None and not want.numel():
+        return None
+    payload = Payload("", want if want is not None else expected.value)
+    inner = {
+        n: v for n, v in present.items() if not n.startswith("__") and isinstance(v, (Mapping, list, tuple))
+    }
+    if not inner:
+        return None
+    for place in Haystack(inner).find(payload):
+        if place.how in ("the whole tensor", "equal text"):
+            return place.path
+    return None

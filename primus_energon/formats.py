@@ -34,6 +34,8 @@ __all__ = [
     "RAW_IMAGE_MEMBERS",
     "RAW_TEXT_MEMBER",
     "BUILTIN_ENCODINGS",
+    "REQUIRED_KINDS",
+    "is_required_member",
 ]
 
 #: Energon's split of a tar entry name into (key, member): the key ends at the first dot of the base name.
@@ -116,3 +118,26 @@ RAW_IMAGE_MEMBERS: tuple[str, ...] = ("images", "jpg", "jpeg", "png", "webp")
 RAW_TEXT_MEMBER = "txt"
 #: The formats a dataset.yaml ``subflavors: {encoding: ...}`` names and the reference cookers read.
 BUILTIN_ENCODINGS: tuple[str, ...] = ("preencoded", "raw")
+
+#: The kinds of member that carry the training data of a built-in format (its tensors and images); a
+#: text beside them (a caption next to precomputed embeddings) is provenance, optional.
+REQUIRED_KINDS: frozenset[str] = frozenset({"tensor", "image", "npy"})
+
+
+def is_required_member(
+    member: str,
+    *,
+    encoding: str | None,
+    kind: str,
+    listed_required: tuple[str, ...] | frozenset[str] = (),
+    names_field: bool = False,
+) -> bool:
+    """The one definition of required data, used by every check and tool: a member whose loss (in a
+    cooked sample, a pack or a batch) is lost training data rather than a dropped sidecar. Required are
+    the members a schema lists under ``required:``, a member whose output field the schema names
+    (``field:``), and the tensor and image members of the built-in formats (``kind`` as
+    :func:`member_kind` or the schema says, with raw tensor bytes as ``tensor``). Everything else,
+    captions next to embeddings included, is optional unless a schema says otherwise."""
+    if names_field or member in listed_required:
+        return True
+    return encoding in BUILTIN_ENCODINGS and kind in REQUIRED_KINDS

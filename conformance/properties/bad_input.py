@@ -20,10 +20,12 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megatron.energon import SkipSample
+import torch
+from megatron.energon import DefaultTaskEncoder, SkipSample
 
 from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
 from primus_energon.synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
@@ -31,11 +33,11 @@ from primus_energon.synthetic.schema import BytesSpec, ImageSpec, NpySpec, Pickl
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook, encode, worker_context
-from ..oracle import holds, is_required
+from ..oracle import holds, identical, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
 from ..subprocesses import Child, child_env, child_target_args, finish, runner_command, start, stop
-from ._common import TimedOut, call_with_timeout, decode_like_target, error_names_sample
+from ._common import MISSING, TimedOut, call_with_timeout, decode_like_target, error_names_sample, get_field
 
 CLAIMS = claims_of(
     "bad_input",
@@ -150,6 +152,16 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
                 yield f"leaf {leaf!r} missing", "bytes", pickle_bytes(rest, spec.protocol)
 
 
+@dataclass
+class Delivered:
+    """A faulty sample that came through the pipeline: as cooked (and encoded), the clean companion it
+    was batched with, and the batch."""
+
+    faulty: Any
+    clean: Any
+    batch: Any
+
+
 class _StacksOnlyWithItsKind(Exception):
     """The faulty sample was encoded, and failed to batch only beside a clean sample of another shape."""
 
@@ -186,13 +198,19 @@ def _outcome(
 
     def pipeline() -> Any:
         if ctx.target.kind != "task_encoder":
-            return cook(ctx.target, decoded, seed=ctx.seed, clean=False)
+            # A cooker's output goes on to Energon's default batch() (what a TaskEncoder without one of
+            # its own does): a wrong kind of object fails there, loudly, as it would in training.
+            faulty = cook(ctx.target, decoded, seed=ctx.seed, clean=False)
+            companion = cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed)
+            with worker_context(ctx.seed, 0):
+                batch = DefaultTaskEncoder().batch([faulty, companion])
+            return Delivered(faulty, companion, batch)
         faulty = encoded(decoded, clean=False)
         companion = encoded(decode_like_target(ctx, template), clean=True)
         task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
         with worker_context(ctx.seed, 0):
             try:
-                return task_encoder.batch([faulty, companion])
+                return Delivered(faulty, companion, task_encoder.batch([faulty, companion]))
             except Exception as error:
                 # A default whose shape differs from the suite's small data (DFM's zero CLIP embedding is
                 # [768]) fails to stack beside a clean sample here, but not in a run on full-sized data:
@@ -227,6 +245,7 @@ def _judge(
     value: Any,
     filtered: dict[str, int],
     non_finite: dict[str, str],
+    fault: Fault | None = None,
 ) -> None:
     if _CLAIM_OF.get(label) == "non_finite":
         # NaN/Inf values are valid data of a bad sample: refusing them, filtering them (SkipSample, as NeMo
@@ -249,12 +268,10 @@ def _judge(
                 "logged or counted; raise an error instead (Energon logs and counts it)"
             )
         elif kind == "output":
-            where = (
-                "in a batch" if ctx.target.kind == "task_encoder" else f"as a cooked {type(value).__name__}"
-            )
-            claim.problem(
-                f"{what}: sample {key!r} came out {where} instead of raising an error: a silent default"
-            )
+            harm = _harm(value, fault)
+            if harm is not None:
+                where = "in a batch" if ctx.target.kind == "task_encoder" else "cooked and batched"
+                claim.problem(f"{what}: sample {key!r} came out {where} instead of raising an error: {harm}")
         elif kind == "output-shape":
             claim.problem(
                 f"{what}: sample {key!r} was encoded instead of raising an error: a silent default. It failed to "
@@ -270,6 +287,69 @@ def _judge(
                     f"{what}: the error does not name the sample {key!r}: {type(value).__name__}: "
                     f"{' '.join(str(value).split())[:200]}"
                 )
+
+
+@dataclass
+class Fault:
+    """What was done to a member, for judging what came out: its name, its spec, the clean member's bytes
+    and the bad value put in its place (None: removed)."""
+
+    member: str
+    spec: Any
+    clean: bytes
+    bad: Any
+
+
+def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
+    """Why a faulty sample that came out is bad input turned into training data, or None when it is not:
+    the fields that hold the member in the clean sample hold, in the faulty one, a value of another kind
+    (None, a dict: the next tensor or text operation fails loudly) or the true data itself (a ``.pth``
+    dict unwrapped to the tensor it holds). A value of the same kind that is not the data (zeros, a
+    default, a coerced tensor, replacement characters) is the defect; so is a field no clean value could
+    be followed into."""
+    from ..oracle import decode_member, expectations, locate
+
+    if fault is None:
+        return "a silent default"
+    try:
+        expected = list(expectations(fault.member, fault.spec, fault.clean, required=True))
+    except Exception:
+        return "a silent default"
+    holders = [name for e in expected if (name := locate(e, delivered.clean)[0]) is not None]
+    if not holders:
+        return "a silent default (no field of the clean sample could be followed to the member)"
+    truth = None
+    if isinstance(fault.spec, TensorSpec):
+        try:
+            truth = decode_member(fault.spec, fault.clean)
+        except Exception:
+            truth = None
+    for name in dict.fromkeys(holders):
+        clean_value = get_field(delivered.clean, name)
+        faulty_value = get_field(delivered.faulty, name)
+        if faulty_value is MISSING or faulty_value is None:
+            continue  # nothing in its place: the first operation on it fails
+        if isinstance(fault.bad, (bytes, bytearray)) and isinstance(faulty_value, (bytes, bytearray)):
+            if bytes(faulty_value) == bytes(fault.bad):
+                continue  # passed on as read: the stage that decodes it is where it fails
+        same_kind = (isinstance(clean_value, torch.Tensor) and isinstance(faulty_value, torch.Tensor)) or (
+            isinstance(clean_value, str) and isinstance(faulty_value, str)
+        )
+        if not same_kind:
+            continue  # the wrong kind of object: loud at the first tensor or text operation
+        if (
+            isinstance(truth, torch.Tensor)
+            and isinstance(faulty_value, torch.Tensor)
+            and identical(faulty_value, truth)
+        ):
+            continue  # the true data, unwrapped
+        described = (
+            f"a {str(faulty_value.dtype).removeprefix('torch.')} tensor of shape {list(faulty_value.shape)}"
+            if isinstance(faulty_value, torch.Tensor)
+            else f"the text {faulty_value[:40]!r}"
+        )
+        return f"field {name!r} holds {described}, plausible data the shard never had (a silent default)"
+    return None
 
 
 def _clean_output(ctx: CheckContext, template: dict) -> Any:
@@ -328,7 +408,8 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
                 # must not turn this into a purity verdict).
                 sample = {**template, "__key__": f"{template['__key__']}_fault{len(checked):02d}"}
                 kind, value = _outcome(ctx, template, sample, stage, member, bad)
-                _judge(ctx, claims, label, what, sample["__key__"], kind, value, filtered, non_finite)
+                fault = Fault(member, spec, bytes(template[member]), bad if stage == "bytes" else None)
+                _judge(ctx, claims, label, what, sample["__key__"], kind, value, filtered, non_finite, fault)
                 checked.append(what)
     for name in ("not_utf8", "corrupt_payload", "wrong_type"):
         claims.not_applicable(name, "the data format has no member of this kind")

@@ -30,7 +30,8 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
-from ..oracle import identical
+from ..oracle import identical, required_values
+from ..payloads import KEY, SampleTrace, Trace, required_by, trace
 from ..results import PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
 
@@ -75,6 +76,21 @@ CLAIMS = claims_of(
         "None otherwise), or group batches by format with batch_group_criterion",
     ),
     (
+        "order",
+        "batch() keeps its samples in the order it is given them",
+        Harm.ADVICE,
+        "keep the order batch() receives (a consistent reorder loses nothing, but the batch no longer lines "
+        "up with the keys Energon logs)",
+    ),
+    (
+        "unmatched",
+        "every field of the samples reaches the batch (a field of no required data, such as a caption next to "
+        "embeddings, may be left out)",
+        Harm.ADVICE,
+        "carry the field into the batch if the model needs it; a provenance field left out on purpose needs "
+        "nothing",
+    ),
+    (
         "inputs_unchanged",
         "encode_sample and batch() write neither into their samples nor into the crude member bytes",
         Harm.ADVICE,
@@ -114,52 +130,96 @@ def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int, *, clean: b
         return task_encoder.batch(list(samples))
 
 
-def _check_rows(batch: Any, samples: list[Any]) -> int:
-    size = len(samples)
+def _keys(samples: list[Any]) -> list[str]:
     raw_keys = [get_field(s, "__key__") for s in samples]
-    keys = [f"#{i} (no __key__)" if k is MISSING else k for i, k in enumerate(raw_keys)]
-    matched = 0
-    for name in field_names(batch):
-        value = get_field(batch, name)
-        per_sample = [get_field(s, name) for s in samples]
-        if any(v is MISSING for v in per_sample):
-            continue
-        if isinstance(value, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in per_sample):
-            if value.ndim == 0 or value.shape[0] != size:
-                fail(
-                    f"batch field {name!r} has shape {list(value.shape)}: the leading dimension must be the batch "
-                    f"size {size}"
-                )
-            for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
-                if expected.ndim and expected.shape[0] == 1 and value[row].shape == expected.shape[1:]:
-                    expected = expected[
-                        0
-                    ]  # torch.cat of one-row tensors (a per-sample length [1]): row i is it
-                if value[row].shape != expected.shape or value.dtype != expected.dtype:
-                    fail(
-                        f"batch field {name!r} row {row} is {list(value[row].shape)} {value.dtype}, sample {key!r} has "
-                        f"{list(expected.shape)} {expected.dtype}: the batch padded, reshaped or cast it. Samples that "
-                        "cannot be stacked as they are must raise an error naming them"
-                    )
-                if not identical(value[row], expected):
-                    fail(
-                        f"batch field {name!r} row {row} is not sample {row}'s value (key {key!r}); batch order "
-                        f"must be sample order (keys {keys})"
-                    )
-            matched += 1
-        elif isinstance(value, (list, tuple)) and not name.startswith("__"):
-            if len(value) != size:
-                fail(f"batch field {name!r} has {len(value)} entries for {size} samples")
-            for row, (expected, key) in enumerate(zip(per_sample, keys, strict=True)):
-                if fingerprint(value[row]) != fingerprint(expected):
-                    fail(f"batch field {name!r} entry {row} is not sample {row}'s value (key {key!r})")
-            matched += 1
-    batch_keys = get_field(batch, "__key__")
-    if batch_keys is not MISSING and MISSING not in raw_keys and list(batch_keys) != keys:
+    return [f"#{i} (no __key__)" if k is MISSING else str(k) for i, k in enumerate(raw_keys)]
+
+
+def _where(sample: SampleTrace) -> str:
+    """Where a sample's payloads went, for a message."""
+    found = [f"{path} -> {places[0]}" for path, places in sample.places.items() if places and path != KEY]
+    return (
+        "; its other payloads: " + ", ".join(found[:4]) if found else "; none of its payloads is in the batch"
+    )
+
+
+def _check_rows(batch: Any, samples: list[Any], required: Any = None) -> Trace:
+    """Follow every sample's payloads into ``batch`` by value (stacked, concatenated with or without
+    lengths, in lists of per-sample dicts): a payload is lost when it is nowhere while the batch carries
+    that field for other samples, or when it is required data (``required(key, payload)``); a sample's
+    payload may not occur more often than it was given, the fields of different samples may not be
+    mixed up, and a payload inside a padded row needs a length or mask beside it. Fails with every
+    problem, worst first; returns the trace (for the advice claims)."""
+    keys = _keys(samples)
+    result = trace(samples, batch, keys)
+    if not any(places for s in result.samples for path, places in s.places.items() if path != KEY):
         fail(
-            f"batch __key__ is {list(batch_keys)}, the samples were {keys}: dropped, duplicated or reordered"
+            f"the batch holds none of its {len(samples)} samples' payloads (batch fields {field_names(batch)}): "
+            "every tensor and text of the samples is lost or transformed beyond recognition"
         )
-    return matched
+    by_key = {s.key: s for s in result.samples}
+    problems = [f"sample {key!r}: {why}{_where(by_key[key])}" for key, _path, why in result.lost(required)]
+    problems += [
+        f"sample {key!r}'s {path!r} occurs more often than it was given ({', '.join(map(str, places[:4]))}): a "
+        "sample is duplicated"
+        for key, path, places in result.duplicated()
+    ]
+    problems += result.mixed()
+    problems += padding_problems(result)
+    if problems:
+        shown = problems[:6] + ([f"... and {len(problems) - 6} more"] if len(problems) > 6 else [])
+        fail(f"batch() of {len(samples)} samples {keys}: " + "; ".join(shown))
+    return result
+
+
+def padding_problems(result: Trace) -> list[str]:
+    """Payloads that sit in padded rows with no length or mask beside them in the output."""
+    covered: dict[tuple[str, int | None], int] = {}
+    for sample in result.samples:
+        for path, places in sample.places.items():
+            if path != KEY and len(places) == 1 and places[0].length:
+                slot = (places[0].path, places[0].row)
+                covered[slot] = covered.get(slot, 0) + places[0].length
+    problems = []
+    for sample in result.samples:
+        for path, places in sample.places.items():
+            if (
+                places
+                and all(p.padded for p in places)
+                and not any(result.haystack.lengths_known(p, covered.get((p.path, p.row))) for p in places)
+            ):
+                problems.append(
+                    f"sample {sample.key!r}'s {path!r} sits in a padded row ({places[0]}) and the batch carries "
+                    "no length or mask for it: the padding becomes training data the sample never had"
+                )
+    return problems
+
+
+def _required(ctx: CheckContext, encoding: str | None, path: Any, limit: int | None = None) -> Any:
+    """The required-data predicate for the samples of ``path`` (their required members' values, by key)."""
+    schema = ctx.workspace.schema(encoding)
+    return required_by({s["__key__"]: required_values(schema, s) for s in ctx.raw(path, limit=limit)})
+
+
+def _advise(claims: ClaimRecorder, result: Trace, keys: list[str], required: Any) -> None:
+    """The advice a batch that kept every sample still earns: samples reordered (consistently), fields of
+    no required data left out for every sample."""
+    with claims.claim("order") as claim:
+        claim.examined()
+        order = result.order(keys)
+        if order is not None and order != keys:
+            claim.problem(
+                f"batch() holds its samples in the order {order}, not in the order it was given them ({keys}); "
+                "every field agrees, so no data is mixed up"
+            )
+    with claims.claim("unmatched") as claim:
+        claim.examined()
+        dropped = result.dropped(required)
+        if dropped:
+            claim.problem(
+                f"batch() leaves out the samples' {dropped} (no required data of the format): if the model "
+                "needs them, carry them into the batch"
+            )
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
@@ -167,6 +227,8 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     stats = {"batches": 0}
     for encoding in ctx.encodings():
         crude = ctx.crude(ctx.main_dataset(encoding), limit=16)
+        required = _required(ctx, encoding, ctx.main_dataset(encoding))
+        last: list[tuple[Trace, list[str]]] = []
         with claims.claim("rows") as claim:
             samples = _encode(task_encoder, crude, ctx.seed)
             if not samples:
@@ -179,14 +241,15 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
                     claim.examined()  # noqa: B023
                     batch = _batch(task_encoder, chosen, ctx.seed)
-                    if _check_rows(batch, chosen) == 0:
-                        fail(
-                            f"no batch field corresponds to a sample field (batch fields {field_names(batch)}); "
-                            "the batch contract cannot be checked"
-                        )
+                    last[:] = [(_check_rows(batch, chosen, required), _keys(chosen))]  # noqa: B023
                     stats["batches"] += 1
 
                 contract()
+        if last and not claims.failed("rows"):
+            _advise(claims, last[0][0], last[0][1], required)
+        else:
+            claims.not_applicable("order", "blocked by batch/rows")
+            claims.not_applicable("unmatched", "blocked by batch/rows")
         with claims.claim("inputs_unchanged") as claim:
             _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
         _mismatched_shapes(ctx, claims, task_encoder, encoding)
@@ -406,7 +469,7 @@ def _mismatched_shapes(
             error_raised = error
         else:
             # The TaskEncoder does not stack that field: every sample's value must still be intact.
-            _check_rows(batch, samples)
+            _check_rows(batch, samples, _required(ctx, encoding, path))
     if error_raised is None:
         why = (
             "batch() raised no error for mismatched shapes"

@@ -17,17 +17,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
-import torch
 from megatron.energon import TaskEncoder
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
+from ..oracle import required_values
+from ..payloads import Trace, required_by, trace
 from ._common import fail, get_field
+from .batch import padding_problems
 
 CLAIMS = claims_of(
     "packing",
@@ -61,6 +62,14 @@ CLAIMS = claims_of(
         "batch the packs as samples: one row (or list entry) per pack, every pack kept",
     ),
     (
+        "unmatched",
+        "every field of the samples reaches the pack and the batch of packs (a field of no required data, such "
+        "as a caption next to embeddings, may be left out)",
+        Harm.ADVICE,
+        "carry the field into the pack if the model needs it; a provenance field left out on purpose needs "
+        "nothing",
+    ),
+    (
         "determinism",
         "two loaders with the same seed (2 workers) give the same packed batches",
         Harm.DETERMINISM,
@@ -90,64 +99,18 @@ def packs(task_encoder: TaskEncoder) -> bool:
     )
 
 
-def _values(value: Any, kind: type) -> list[Any]:
-    """Every ``kind`` value inside ``value`` (containers, dataclasses and Energon samples walked)."""
-    if isinstance(value, kind):
-        return [value]
-    if isinstance(value, Mapping):
-        return [
-            v for key, item in value.items() if not str(key).startswith("__") for v in _values(item, kind)
-        ]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [
-            v
-            for f in dataclasses.fields(value)
-            if not f.name.startswith("__")
-            for v in _values(getattr(value, f.name), kind)
-        ]
-    if isinstance(value, (list, tuple)):
-        return [v for item in value for v in _values(item, kind)]
-    return []
-
-
-def _bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() and flat.dtype != torch.bool else b""
-
-
-def _held(tensor: torch.Tensor, held: list[bytes], *, padded: bool) -> bool:
-    data = _bytes(tensor)
-    if not data or any(data in h for h in held):
-        return True
-    if not padded or tensor.dim() < 2:
-        return False
-    # a batch may pad each pack to the longest along any dimension: then each innermost vector is whole
-    rows = tensor.detach().cpu().contiguous().reshape(-1, tensor.shape[-1])
-    return all(any(_bytes(row) in h for h in held) for row in rows)
-
-
-def _missing_payload(sample: Any, pack: Any, *, padded: bool = False) -> list[str]:
-    """The fields of ``sample`` whose tensor bytes or text ``pack`` does not hold (``padded``: each
-    innermost vector whole is enough, for a batch that pads)."""
-    pack_tensors = [_bytes(t) for t in _values(pack, torch.Tensor)]
-    pack_texts = _values(pack, str)
-    missing = []
-    fields = (
-        dict(sample)
-        if isinstance(sample, Mapping)
-        else {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
-        if dataclasses.is_dataclass(sample)
-        else {}
-    )
-    for name, value in fields.items():
-        if name.startswith("__"):
-            continue
-        if isinstance(value, torch.Tensor) and value.numel():
-            if not _held(value, pack_tensors, padded=padded):
-                missing.append(name)
-        elif isinstance(value, str) and value and not any(value in held for held in pack_texts):
-            missing.append(name)
-    return missing
+def _lost(result: Trace, required: Any, lacked: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
+    """``(key, problem)`` for what an output (a pack, a batch of packs) loses of its samples: payloads
+    lost (see :meth:`Trace.lost`; what a sample's pack already lacked, ``lacked``, is not lost again),
+    fields of different samples mixed up, padding with no length or mask beside it."""
+    out = [
+        (key, f"sample {key!r}: {why}")
+        for key, path, why in result.lost(required)
+        if lacked is None or path not in lacked.get(key, set())
+    ]
+    out += [("", problem) for problem in result.mixed()]
+    out += [("", problem) for problem in padding_problems(result)]
+    return out
 
 
 @dataclasses.dataclass
@@ -158,10 +121,14 @@ class _Record:
     packed: list[list[str]] = dataclasses.field(default_factory=list)
     compared: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
+    #: fields of no required data that a pack or a batch leaves out for every sample (advice)
+    unmatched: list[str] = dataclasses.field(default_factory=list)
     error: str = ""
-    #: id(pack) -> (pack, its samples, the fields of each sample the pack lacks); the pack is kept so
-    #: that its id is not reused
-    packs: dict[int, tuple[Any, list[Any], list[list[str]]]] = dataclasses.field(default_factory=dict)
+    #: required(key, payload): the one definition of required data, for this dataset's samples
+    required: Any = None
+    #: id(pack) -> (pack, its samples, the payload paths of each sample the pack lacks); the pack is
+    #: kept so that its id is not reused
+    packs: dict[int, tuple[Any, list[Any], list[set[str]]]] = dataclasses.field(default_factory=dict)
     #: per batch() call: (packs, samples of those packs)
     batches: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     batch_problems: list[str] = dataclasses.field(default_factory=list)
@@ -181,13 +148,13 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
             )
             raise
         record.packed.append(keys)
-        lacking = []
-        for key, sample in zip(keys, samples, strict=True):
-            record.compared += 1
-            lost = _missing_payload(sample, pack)
-            lacking.append(lost)
-            if lost:
-                record.problems.append(f"the pack of {keys} does not hold sample {key!r}'s {lost}")
+        result = trace(samples, pack, keys)
+        record.compared += len(samples)
+        for _key, problem in _lost(result, record.required):
+            record.problems.append(f"the pack of {keys}: {problem}")
+        for path in result.dropped(record.required):
+            record.unmatched.append(f"the pack of {keys} leaves out the samples' {path!r}")
+        lacking = [set(s.missing()) for s in result.samples]
         record.packs[id(pack)] = (pack, list(samples), lacking)
         return pack
 
@@ -203,18 +170,27 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
             raise
         # the samples of the batch are the packs' samples: each must keep in the batch what its pack held
         # (what the pack already lacked is packing/payload's finding)
-        counted = 0
+        members: list[Any] = []
+        lacked: dict[str, set[str]] = {}
+        pack_of: dict[str, int] = {}
         for index, pack in enumerate(packs):
             _, samples, lacking = record.packs.get(id(pack), (None, [], []))
-            for sample, lacked in zip(samples, lacking, strict=True):
-                counted += 1
-                lost = [name for name in _missing_payload(sample, result, padded=True) if name not in lacked]
-                if lost:
-                    record.batch_problems.append(
-                        f"the batch of {len(packs)} packs does not hold sample {str(get_field(sample, '__key__'))!r}'s "
-                        f"{lost} (in pack {index})"
+            for sample, missing in zip(samples, lacking, strict=True):
+                key = str(get_field(sample, "__key__"))
+                members.append(sample)
+                lacked[key] = missing
+                pack_of[key] = index
+        if members:
+            found = trace(members, result, [str(get_field(s, "__key__")) for s in members])
+            for key, problem in _lost(found, record.required, lacked):
+                where = f" (in pack {pack_of[key]})" if key in pack_of else ""
+                record.batch_problems.append(f"the batch of {len(packs)} packs: {problem}{where}")
+            for path in found.dropped(record.required):
+                if not all(path in missing for missing in lacked.values()):
+                    record.unmatched.append(
+                        f"the batch of {len(packs)} packs leaves out the samples' {path!r}"
                     )
-        record.batches.append((len(packs), counted))
+        record.batches.append((len(packs), len(members)))
         return result
 
     # Instance attributes (plain functions) are what Energon's build_batch picks up.
@@ -286,14 +262,16 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         return {}
     keys = sorted(s["__key__"] for s in ctx.raw(_path(ctx)))
     details: dict[str, Any] = {"buffer": BUFFER, "samples": len(keys)}
-    records = {world_size: _Record() for world_size in (1, 2)}
+    schema = ctx.workspace.schema(ctx.encodings()[0])
+    required = required_by({s["__key__"]: required_values(schema, s) for s in ctx.raw(_path(ctx))})
+    records = {world_size: _Record(required=required) for world_size in (1, 2)}
     with claims.claim("loads") as claim:
         for world_size, record in records.items():
             for rank in range(world_size):
                 claim.examined()
                 _epoch(ctx, rank, world_size, record)
     if claims.failed("loads"):
-        for name in ("exactly_once", "payload", "batch_rows", "determinism", "resume"):
+        for name in ("exactly_once", "payload", "batch_rows", "unmatched", "determinism", "resume"):
             claims.not_applicable(name, "blocked by packing/loads: a loader with packing yields no batches")
         return details
     with claims.claim("exactly_once") as claim:
@@ -329,6 +307,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         if len(problems) > 6:
             claim.problem(f"... and {len(problems) - 6} more samples")
         details["samples per packed batch"] = [samples for _, samples in records[1].batches]
+    with claims.claim("unmatched") as claim:
+        claim.examined(sum(record.compared for record in records.values()))
+        for problem in dict.fromkeys(p for record in records.values() for p in record.unmatched):
+            claim.problem(
+                f"{problem} (no required data of the format): if the model needs it, carry it into the pack"
+            )
+            break
     with claims.claim("determinism") as claim:
         first, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
         second, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)

@@ -329,6 +329,27 @@ class ReversedBatchTaskEncoder(_Base):
         return batch_preencoded(list(reversed(samples)))
 
 
+class ReversesOneFieldTaskEncoder(_Base):
+    """Stacks the pooled embeddings in reverse: every payload is in the batch, next to another sample's."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        out = batch_preencoded(samples)
+        out["pooled_prompt_embeds"] = torch.stack([s.pooled_prompt_embeds for s in reversed(samples)])
+        return out
+
+
+class RepeatsFirstTaskEncoder(_Base):
+    """Fills the last row with the first sample again (an off-by-one in a hand-written collate)."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        kept = [samples[0], *samples[:-1]] if len(samples) > 1 else samples
+        out = batch_preencoded(kept)
+        out["__key__"] = [s.__key__ for s in samples]
+        return out
+
+
 class DropsLastTaskEncoder(_Base):
     @stateless
     def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
@@ -702,7 +723,29 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "fail",
     ),
     "torch.cat batch": ("task_encoder", "ConcatBatchTaskEncoder", {}, "batch/rows", "fail"),
-    "reversed batch": ("task_encoder", "ReversedBatchTaskEncoder", {}, "batch/rows", "fail"),
+    "reversed batch": ("task_encoder", "ReversedBatchTaskEncoder", {}, "batch/order", "advice"),
+    "packed batch() keeps metadata[0] of each pack": (
+        "task_encoder",
+        "styles:KeepsFirstMetadataTaskEncoder",
+        {},
+        "packing/batch_rows",
+        "fail",
+    ),
+    "turns a dict member into torch.zeros": (
+        "cooker",
+        "styles:cook_zeros_for_dicts",
+        {"encoding": "preencoded"},
+        "bad_input/wrong_type",
+        "fail",
+    ),
+    "reverses one field only": ("task_encoder", "ReversesOneFieldTaskEncoder", {}, "batch/rows", "fail"),
+    "repeats a sample in place of another": (
+        "task_encoder",
+        "RepeatsFirstTaskEncoder",
+        {},
+        "batch/rows",
+        "fail",
+    ),
     "drops a sample": ("task_encoder", "DropsLastTaskEncoder", {}, "batch/rows", "fail"),
     "bare torch.stack error": (
         "task_encoder",

@@ -260,6 +260,31 @@ _EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
 
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
+    "pass-through cooker trusting weights_only=True": (
+        "cooker",
+        "tests.conformance_zoo.styles:cook_trusting_weights_only",
+        {"encoding": "preencoded"},
+    ),
+    "packer that leaves captions out of its packs": (
+        "task_encoder",
+        "tests.conformance_zoo.styles:EmbeddingsOnlyPackingTaskEncoder",
+        {},
+    ),
+    "THD packed TaskEncoder (concatenated sequence, cu_seqlens)": (
+        "task_encoder",
+        "tests.conformance_zoo.styles:ThdPackingTaskEncoder",
+        {},
+    ),
+    "packs with lists of per-sample metadata dicts": (
+        "task_encoder",
+        "tests.conformance_zoo.styles:MetadataListPackingTaskEncoder",
+        {},
+    ),
+    "batch of lists of per-sample dicts": (
+        "task_encoder",
+        "tests.conformance_zoo.styles:PerSampleDictsTaskEncoder",
+        {},
+    ),
     "dict-output cooker": (
         "cooker",
         "tests.conformance_zoo.correct:cook_dict_output",
