@@ -111,11 +111,17 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             checked[str(encoding)] = subflavors
 
     if not stateless_ok:
+        next_blocker = _next_blocker(ctx, [path for _, path, _ in loadable])
+        with claims.claim("stateless") as claim:
+            claim.problem(
+                "consequence, not a separate failure: with @stateless waived (each cook function called "
+                f"directly), {next_blocker or 'clean samples cook, encode and batch: @stateless is the only blocker found'}"
+            )
         claims.not_applicable(
             "loads", "blocked by accepted/stateless: Energon refuses every sample of such a cooker"
         )
         claims.not_applicable("complete_epoch", "blocked by accepted/stateless")
-        return {"datasets": checked}
+        return {"datasets": checked, "next_blocker": next_blocker or ""}
     if not loadable:
         claims.not_applicable("loads", "blocked by accepted/matches: no dataset has a matching cooker")
         claims.not_applicable("complete_epoch", "blocked by accepted/matches")
@@ -213,6 +219,39 @@ def _complete_epoch(ctx: CheckContext, claim, cooked_by_dataset: dict) -> dict[s
             "an epoch that drops clean samples is incomplete, and Energon counts nothing for SkipSample",
         )
     return dict(skipped)
+
+
+def _next_blocker(ctx: CheckContext, paths: list) -> str | None:
+    """What would stop the target next once ``@stateless`` is fixed, found without Energon's loader (which
+    refuses such a cooker): a few clean samples cooked by calling each cook function directly, encoded
+    and batched as Energon would. None when they go through; the first error otherwise."""
+    task_encoder = ctx.target.make_task_encoder()
+    for path in paths[:1]:
+        cooked = []
+        for index, sample in enumerate(ctx.crude(path, limit=4)):
+            key = sample.get("__key__")
+            try:
+                output = call_with_timeout(
+                    lambda s=sample, i=index: cook(ctx.target, s, sample_index=i, seed=ctx.seed),
+                    ctx.call_timeout_s,
+                )
+            except TimedOut:
+                return f"cooking the clean sample {key!r} hangs (no result after {ctx.call_timeout_s:.0f} s)"
+            except TargetError as error:
+                return f"the next blocker is: {error.message.splitlines()[0][:300]}"
+            if output is None or isinstance(output, (str, bytes, int, float, bool)):
+                return f"the next blocker is: the cooker returns {type(output).__name__} for {key!r}"
+            try:
+                cooked += encode(task_encoder, output, seed=ctx.seed, sample_index=index)
+            except Exception as error:
+                return f"the next blocker is: encode_sample of {key!r} raises {type(error).__name__}: {str(error)[:200]}"
+        if len(cooked) >= 2:
+            try:
+                with worker_context(ctx.seed, 0):
+                    task_encoder.batch(cooked[:2])
+            except Exception as error:
+                return f"the next blocker is: batch() of 2 clean samples raises {type(error).__name__}: {str(error)[:200]}"
+    return None
 
 
 def _first_batch(ctx: CheckContext, path, where: str) -> None:

@@ -46,6 +46,12 @@ def cook_not_stateless(sample: dict) -> DiffusionSample:
     return _good(sample)
 
 
+def cook_not_stateless_old_sample_api(sample: dict) -> DiffusionSample:
+    """Two blockers: not @stateless, and written for an older Sample that took ``__subflavor__``; a user who
+    adds @stateless meets the second only on the next run unless the report says so."""
+    return DiffusionSample(**basic_sample_keys(sample), __subflavor__=None, **vars(_good(sample)))
+
+
 COOKER_FOR_OTHER_ENCODING = Cooker(cook_preencoded_diffusion, has_subflavors={"encoding": "preencoded_v2"})
 
 
