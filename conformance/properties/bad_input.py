@@ -311,6 +311,9 @@ def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
 
     if fault is None:
         return "a silent default"
+    dropped = _dropped_by_batch(delivered)
+    if dropped:
+        return dropped
     try:
         expected = list(expectations(fault.member, fault.spec, fault.clean, required=True))
     except Exception:
@@ -349,6 +352,27 @@ def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
             else f"the text {faulty_value[:40]!r}"
         )
         return f"field {name!r} holds {described}, plausible data the shard never had (a silent default)"
+    return None
+
+
+def _dropped_by_batch(delivered: Delivered) -> str | None:
+    """A batch of the faulty sample and its clean companion (the same sample, one member changed) that
+    holds only one of them: batch() left the faulty sample out without an error, so nothing is logged
+    or counted (a silent skip). Told by the keys where the batch carries them, else by the payloads the
+    two share occurring only once."""
+    from ..payloads import KEY, trace
+
+    faulty, clean = trace([delivered.faulty, delivered.clean], delivered.batch, ["faulty", "clean"]).samples
+    message = "batch() left it out of the batch without an error: a silent skip that nothing logs or counts"
+    if faulty.places.get(KEY) is not None and clean.places.get(KEY):
+        return None if faulty.places[KEY] else message
+    shared = [
+        path
+        for path, places in clean.places.items()
+        if path != KEY and places and path in faulty.places and faulty.places[path] == places
+    ]
+    if shared and all(len(clean.places[path]) == 1 for path in shared):
+        return message
     return None
 
 

@@ -17,7 +17,6 @@ import hashlib
 import inspect
 from typing import Any
 
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from megatron.energon import TaskEncoder
@@ -30,7 +29,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
-from ..oracle import identical, required_values
+from ..oracle import required_values
 from ..payloads import KEY, SampleTrace, Trace, required_by, trace
 from ..results import PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
@@ -284,14 +283,20 @@ def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:
 def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
     task_encoder = ctx.target.make_task_encoder()
     formats: dict[str, list[Any]] = {}
-    alone: dict[str, list[str]] = {}
+    alone: dict[str, set[str]] = {}  # format -> the payload paths a batch of that format alone carries
     try:
         for encoding in ctx.encodings():
             name = encoding or "preencoded"
             formats[name] = _encode(task_encoder, ctx.crude(ctx.main_dataset(encoding), limit=3), ctx.seed)
             if len(formats[name]) < 2:
                 raise PropertySkipped(f"fewer than 2 {name} samples could be read")
-            alone[name] = field_names(_batch(task_encoder, formats[name][:2], ctx.seed))
+            alone_batch = _batch(task_encoder, formats[name][:2], ctx.seed)
+            alone[name] = {
+                path
+                for sample in trace(formats[name][:2], alone_batch).samples
+                for path, places in sample.places.items()
+                if places and path != KEY
+            }
     except TargetError as error:
         raise PropertySkipped(f"blocked by batch/rows: {error.message.splitlines()[0][:200]}") from error
     names = list(formats)
@@ -327,15 +332,7 @@ def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
             )
             continue
         batched += 1
-        present = set(field_names(batch))
-        for name in names:
-            for field_name in alone[name]:
-                if field_name not in present:
-                    lost.append(
-                        f"batch field {field_name!r}, which batch() makes for {name} samples, is missing from "
-                        f"{label}: the {name} samples' {field_name} are lost"
-                    )
-        lost += _rows_kept(batch, samples, kinds, label)
+        lost += _kept(batch, samples, kinds, alone, label)
     raised, lost = list(dict.fromkeys(raised)), list(dict.fromkeys(lost))
     return {
         "raised": raised,
@@ -365,30 +362,21 @@ def _interleave(first: str, formats: dict[str, list[Any]]) -> list[tuple[str, An
     return out
 
 
-def _rows_kept(batch: Any, samples: list[Any], kinds: list[str], label: str) -> list[str]:
-    """Every sample's tensor field that the batch holds is in its row, unchanged."""
+def _kept(
+    batch: Any, samples: list[Any], kinds: list[str], alone: dict[str, set[str]], label: str
+) -> list[str]:
+    """What a mixed batch loses: a payload of a sample that a batch of its format alone carries and this
+    batch does not, and fields of different samples mixed up (the payload oracle: by value, any layout)."""
+    result = trace(samples, batch)
     problems = []
-    for field_name in field_names(batch):
-        if field_name.startswith("__"):
-            continue
-        value = get_field(batch, field_name)
-        for row, (sample, kind) in enumerate(zip(samples, kinds, strict=True)):
-            expected = get_field(sample, field_name)
-            if not isinstance(expected, torch.Tensor):
-                continue
-            if isinstance(value, torch.Tensor):
-                held = value[row] if value.ndim and value.shape[0] == len(samples) else None
-            elif isinstance(value, (list, tuple)) and len(value) == len(samples):
-                held = value[row]
-            else:
-                held = None
-            if not isinstance(held, torch.Tensor) or not identical(held, expected):
+    for sample, kind in zip(result.samples, kinds, strict=True):
+        for path, places in sample.places.items():
+            if not places and path in alone.get(kind, set()):
                 problems.append(
-                    f"in {label}, batch field {field_name!r} row {row} is not the {kind} sample "
-                    f"{get_field(sample, '__key__')!r}'s {field_name}"
+                    f"in {label}, the {kind} sample {sample.key!r}'s {path!r} is nowhere in the batch, though a batch "
+                    f"of {kind} samples alone carries it: the {kind} samples' {path} are lost"
                 )
-                break
-    return problems
+    return problems + [f"in {label}: {problem}" for problem in result.mixed()]
 
 
 def _snapshot(crude: dict) -> dict[str, Any]:

@@ -436,7 +436,8 @@ def cook_wrong_key(sample: dict) -> DiffusionSample:
 
 @stateless
 def cook_passes_non_tensors_through(sample: dict) -> DiffusionSample:
-    """Loads safely but never checks that a .pth held a tensor (a saved dict passes as latents)."""
+    """Loads safely but never checks that a .pth held a tensor (a saved dict passes as latents): not a
+    defect, since the dict fails loudly at the first torch.stack (a correct target, see correct.py)."""
     tensors = {
         field: torch.load(io.BytesIO(sample[member]), map_location="cpu", weights_only=True)
         for field, member in _MEMBERS.items()
@@ -672,12 +673,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "bad_input/corrupt_payload",
         "fail",
     ),
-    "passes a non-tensor through": (
-        "cooker",
-        "cook_passes_non_tensors_through",
-        {"encoding": "preencoded"},
-        "bad_input/wrong_type",
-        "fail",
+    "batch() leaves the captions out": ("task_encoder", "BareStackTaskEncoder", {}, "batch/unmatched", "advice"),
+    "packs leave the captions out": (
+        "task_encoder",
+        "styles:EmbeddingsOnlyPackingTaskEncoder",
+        {},
+        "packing/unmatched",
+        "advice",
     ),
     "replaces bad UTF-8": (
         "cooker",
@@ -741,6 +743,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "cooker",
         "styles:cook_zeros_for_dicts",
         {"encoding": "preencoded"},
+        "bad_input/wrong_type",
+        "fail",
+    ),
+    "batch() silently drops samples it cannot stack": (
+        "task_encoder",
+        "styles:DropsOddSamplesInBatchTaskEncoder",
+        {},
         "bad_input/wrong_type",
         "fail",
     ),

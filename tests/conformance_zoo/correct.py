@@ -265,6 +265,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.styles:cook_trusting_weights_only",
         {"encoding": "preencoded"},
     ),
+    "cooker that loads safely and passes a non-tensor on (torch.stack fails on it)": (
+        "cooker",
+        "tests.conformance_zoo.broken:cook_passes_non_tensors_through",
+        {"encoding": "preencoded"},
+    ),
     "packer that leaves captions out of its packs": (
         "task_encoder",
         "tests.conformance_zoo.styles:EmbeddingsOnlyPackingTaskEncoder",

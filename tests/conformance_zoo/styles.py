@@ -211,3 +211,17 @@ class PerSampleDictsTaskEncoder(DefaultTaskEncoder):
                 for s in samples
             ],
         }
+
+
+class DropsOddSamplesInBatchTaskEncoder(PerSampleDictsTaskEncoder):
+    """Broken: batch() quietly leaves out samples whose fields are not tensors ("defensive collate"), so a
+    bad sample vanishes with nothing logged or counted."""
+
+    @stateless
+    def batch(self, samples: list[DiffusionSample]) -> dict[str, Any]:
+        kept = [
+            s
+            for s in samples
+            if all(isinstance(v, torch.Tensor) for v in (s.latents, s.prompt_embeds, s.pooled_prompt_embeds))
+        ]
+        return super().batch(kept)
