@@ -523,8 +523,12 @@ def trace(samples: Sequence[Any], output: Any, keys: Sequence[str] | None = None
     data, but an order to compare the data's with."""
     haystack = Haystack(output)
     traced = []
+    seen: dict[str, int] = {}
     for index, sample in enumerate(samples):
         key = keys[index] if keys is not None else _key_of(sample, index)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:  # two samples sharing a key (two datasets of a blend) stay two samples
+            key = f"{key} (#{index})"
         found = {p.path or "(the sample itself)": p for p in payloads(sample)}
         own_key = _key_of(sample, -1)
         if own_key != "#-1":

@@ -367,7 +367,8 @@ def _kept(
 ) -> list[str]:
     """What a mixed batch loses: a payload of a sample that a batch of its format alone carries and this
     batch does not, and fields of different samples mixed up (the payload oracle: by value, any layout)."""
-    result = trace(samples, batch)
+    keys = [f"{kind} {key}" for kind, key in zip(kinds, _keys(samples), strict=True)]
+    result = trace(samples, batch, keys)
     problems = []
     for sample, kind in zip(result.samples, kinds, strict=True):
         for path, places in sample.places.items():
