@@ -16,14 +16,25 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["fingerprint", "first_difference", "digest"]
+__all__ = ["fingerprint", "first_difference", "digest", "tensor_bytes"]
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's values as bytes in row-major order (bool as one byte per value): the one way the suite
+    reads a tensor's bits. Copied into a fresh dense tensor first where needed: ``contiguous()`` keeps the
+    stride of a one-element view (``x[:, 0]`` of a ``[1, 2]`` tensor), which ``view(torch.uint8)`` refuses."""
+    flat = tensor.detach().cpu().reshape(-1)
+    if not flat.numel():
+        return b""
+    if flat.stride() != (1,):
+        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return flat.view(torch.uint8).numpy().tobytes()
 
 
 def _tensor(value: torch.Tensor) -> tuple:
-    value = value.detach().cpu().contiguous()
-    flat = value.reshape(-1)  # a 0-dim tensor cannot be viewed as bytes
-    raw = flat.view(torch.uint8) if value.dtype != torch.bool and value.numel() else flat.to(torch.uint8)
-    data = raw.numpy().tobytes() if value.numel() else b""
+    data = tensor_bytes(value)
     return ("tensor", str(value.dtype), tuple(value.shape), hashlib.sha256(data).hexdigest()[:24])
 
 

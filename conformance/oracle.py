@@ -41,7 +41,7 @@ from primus_energon.synthetic.schema import (
 )
 from primus_energon.tensorfile import read_tensor
 
-from .fingerprint import fingerprint
+from .fingerprint import fingerprint, tensor_bytes
 
 __all__ = [
     "Expectation",
@@ -236,9 +236,7 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
-def _bits(tensor: torch.Tensor) -> bytes:
-    flat = tensor.contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+_bits = tensor_bytes
 
 
 def identical(a: torch.Tensor, b: torch.Tensor) -> bool:

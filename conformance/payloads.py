@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .fingerprint import tensor_bytes
+
 __all__ = ["Payload", "Place", "Haystack", "payloads", "Trace", "trace", "required_by", "KEY"]
 
 #: The payload path of a sample's ``__key__``: not data, but it shows whether the output keeps each key
@@ -150,13 +152,7 @@ def _pixels(value: Any) -> Any:
     return value
 
 
-def _bits(tensor: torch.Tensor) -> bytes:
-    flat = tensor.contiguous().reshape(-1)
-    if not flat.numel():
-        return b""
-    if flat.dtype == torch.bool:
-        flat = flat.to(torch.uint8)
-    return flat.view(torch.uint8).numpy().tobytes()
+_bits = tensor_bytes
 
 
 def _aligned_finds(hay: bytes, needle: bytes, step: int) -> Iterator[int]:
@@ -213,6 +209,28 @@ class Haystack:
         if any(h < n for h, n in zip(hay.shape, needle.shape, strict=True)):
             return []
         extended = [d for d in range(needle.ndim) if hay.shape[d] != needle.shape[d]]
+        if len(extended) == 1 and len(_bits(needle)) < MIN_SEARCHED_BYTES:
+            # a small per-sample value (a length [1]) concatenated with the others': compared chunk by
+            # chunk at the sample slots, never searched inside other bytes
+            axis, step = extended[0], needle.shape[extended[0]]
+            if step == 0 or hay.shape[axis] % step:
+                return []
+            data = _bits(needle)
+            chunks = [
+                i
+                for i in range(min(hay.shape[axis] // step, MAX_ROWS))
+                if _bits(hay.narrow(axis, i * step, step)) == data
+            ]
+            return [
+                Place(
+                    path,
+                    f"{prefix}axis {axis} [{i * step}:{(i + 1) * step}] of {hay.shape[axis]}",
+                    (axis, i),
+                    row=row,
+                    length=step,
+                )
+                for i in chunks[:MAX_OCCURRENCES]
+            ]
         first = _bits(needle.reshape(-1, needle.shape[-1])[0])
         if len(first) < MIN_SEARCHED_BYTES // 2 and len(extended) > 1:
             return []  # a tiny innermost vector inside padding: too weak to search
@@ -332,8 +350,9 @@ class Haystack:
         if not lengths:
             return False
         for _path, leaf in self.tensors:
-            if leaf.is_floating_point() or leaf.is_complex() or not leaf.numel():
+            if leaf.is_complex() or not leaf.numel():
                 continue
+            # a mask: bool, or integers or floats (NeMo's bf16 loss_mask) holding only 0 and 1
             binary = leaf.dtype == torch.bool or (
                 leaf.numel() > 1 and bool(((leaf == 0) | (leaf == 1)).all())
             )
@@ -341,7 +360,7 @@ class Haystack:
                 ones = int(leaf[place.row].to(torch.int64).sum())
                 if any(ones == n or (ones > 0 and ones % n == 0) for n in lengths):
                     return True
-            if leaf.dtype == torch.bool:
+            if leaf.dtype == torch.bool or leaf.is_floating_point():
                 continue
             values = leaf.reshape(-1).to(torch.int64).tolist()[:MAX_LEAVES]
             if lengths & set(values):
@@ -428,10 +447,21 @@ class Trace:
         for sample in self.samples:
             for path, places in sample.places.items():
                 payload = sample.payloads[path]
-                if payload.size < MIN_SEARCHED_BYTES or isinstance(payload.value, str):
-                    continue
+                if (
+                    payload.size < MIN_SEARCHED_BYTES
+                    or isinstance(payload.value, str)
+                    or _uniform(payload.value)
+                ):
+                    continue  # a mask of ones or a zero fill occurs inside any larger one: no evidence
                 per_leaf: dict[str, int] = {}
+                spans: dict[str, list[tuple[Any, int, int]]] = {}
                 for place in places:
+                    start = place.position[-1] if place.position else 0
+                    span = (place.row, start, start + max(payload.size, 1))
+                    taken = spans.setdefault(place.path, [])
+                    if any(r == span[0] and a < span[2] and span[1] < b for r, a, b in taken):
+                        continue  # overlapping occurrences are one
+                    taken.append(span)
                     per_leaf[place.path] = per_leaf.get(place.path, 0) + 1
                 given = counts[(path, _identity(payload))]
                 if any(n > given for n in per_leaf.values()):
@@ -448,11 +478,14 @@ class Trace:
             for path, payload in sample.payloads.items():
                 identities[(path, _identity(payload))] = identities.get((path, _identity(payload)), 0) + 1
         for sample in self.samples:
+            slots: dict[str, tuple[int, ...]] = {}
             for path, places in sample.places.items():
                 payload = sample.payloads[path]
                 if len(places) != 1 or identities[(path, _identity(payload))] != 1:
                     continue
                 group, position = _slot(places[0])
+                slots.setdefault(group, position)  # several payloads of one sample in a group: one entry
+            for group, position in slots.items():
                 orders.setdefault(group, []).append((position, sample.key))
         sequences = {
             leaf: [key for _, key in sorted(entries)] for leaf, entries in orders.items() if len(entries) > 1
@@ -476,10 +509,13 @@ class Trace:
         """The order in which the output holds the samples, when its leaves agree on one, else None."""
         sequences: dict[str, list[tuple[tuple[int, ...], str]]] = {}
         for sample in self.samples:
+            slots: dict[str, tuple[int, ...]] = {}
             for places in sample.places.values():
                 if len(places) == 1:
                     group, position = _slot(places[0])
-                    sequences.setdefault(group, []).append((position, sample.key))
+                    slots.setdefault(group, position)
+            for group, position in slots.items():
+                sequences.setdefault(group, []).append((position, sample.key))
         full = [
             [key for _, key in sorted(entries)]
             for entries in sequences.values()
@@ -497,6 +533,14 @@ def _slot(place: Place) -> tuple[str, tuple[int, ...]]:
     indices = tuple(int(i) for i in _INDEX.findall(place.path))
     group = _INDEX.sub("[]", place.path)
     return group, (*indices, place.row if place.row is not None else -1, *place.position)
+
+
+def _uniform(value: Any) -> bool:
+    """A tensor whose every element is the same (a mask of ones, a zero fill)."""
+    if not isinstance(value, torch.Tensor) or value.numel() < 2:
+        return False
+    flat = value.reshape(-1)
+    return bool((flat == flat[0]).all())
 
 
 def _identity(payload: Payload) -> bytes | str:

@@ -274,10 +274,11 @@ def _judge(
                 claim.problem(f"{what}: sample {key!r} came out {where} instead of raising an error: {harm}")
         elif kind == "output-shape":
             claim.problem(
-                f"{what}: sample {key!r} was encoded instead of raising an error: a silent default. It failed to "
-                f"batch beside a clean sample only because the default's shape differs from the suite's small "
-                f"data ({type(value).__name__}: {' '.join(str(value).split())[:160]}); batched with samples of "
-                "its own shape it goes through, as it would beside full-sized data"
+                f"{what}: sample {key!r} was cooked and encoded into a sample instead of raising an error. It "
+                "failed to batch beside a clean sample of the suite's small data only because its shape differs "
+                f"({type(value).__name__}: {' '.join(str(value).split())[:160]}); batched with samples of its own "
+                "shape it goes through, so beside data of that shape (a fixed-size default, or bytes read as "
+                "a tensor whatever they hold) it trains"
             )
     if kind == "error":
         with claims.claim("names_sample") as claim:
@@ -357,21 +358,28 @@ def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
 
 def _dropped_by_batch(delivered: Delivered) -> str | None:
     """A batch of the faulty sample and its clean companion (the same sample, one member changed) that
-    holds only one of them: batch() left the faulty sample out without an error, so nothing is logged
-    or counted (a silent skip). Told by the keys where the batch carries them, else by the payloads the
-    two share occurring only once."""
+    holds the companion and not the faulty sample: batch() left it out without an error, so nothing is
+    logged or counted (a silent skip). Told by the data first: the faulty sample's own payloads (those
+    that differ from the companion's) in the batch, or the payloads both share occurring once; the
+    keys only where the batch carries them whole in a list of keys."""
     from ..payloads import KEY, trace
 
     faulty, clean = trace([delivered.faulty, delivered.clean], delivered.batch, ["faulty", "clean"]).samples
     message = "batch() left it out of the batch without an error: a silent skip that nothing logs or counts"
-    if faulty.places.get(KEY) is not None and clean.places.get(KEY):
-        return None if faulty.places[KEY] else message
+    own = [path for path in faulty.places if path != KEY and faulty.places[path] != clean.places.get(path)]
+    if any(faulty.places[path] for path in own):
+        return None  # the faulty sample is in the batch (what it holds there is judged next)
+    if any(clean.places.get(path) for path in own if path in clean.places):
+        return message  # the companion's own version of a payload is there, the faulty one's is not
     shared = [
         path
         for path, places in clean.places.items()
         if path != KEY and places and path in faulty.places and faulty.places[path] == places
     ]
-    if shared and all(len(clean.places[path]) == 1 for path in shared):
+    if shared:
+        return message if all(len(clean.places[path]) == 1 for path in shared) else None
+    whole = [p for p in clean.places.get(KEY, []) if p.how == "equal text"]
+    if whole and not faulty.places.get(KEY):
         return message
     return None
 
@@ -519,6 +527,7 @@ class _Probe:
         ctx = self.ctx
         outcomes = self._outcomes()
         runs = []
+        every: list[tuple[str, Any]] = []
         for index, ((path, poisoned), fallback) in enumerate(zip(self.probes, self.fallbacks, strict=True)):
             done = outcomes.get(str(index), {})
             findings = [
@@ -526,7 +535,7 @@ class _Probe:
                 for label in ENVIRONMENTS
                 for f in read_findings(self.markers / str(index) / slug(label), label)
             ]
-            _report(ctx, claim, findings + read_findings(fallback, "default"))
+            every += [(path.name, f) for f in findings + read_findings(fallback, "default")]
             for label in ENVIRONMENTS:
                 outcome = done.get(label) or {
                     "incomplete": outcomes.get("incomplete", "the probe did not get to it")
@@ -539,6 +548,7 @@ class _Probe:
                 elif outcome.get("reached"):
                     claim.examined(len(poisoned))
             runs.append({"dataset": path.name, "members": sorted({m for _, m in poisoned}), "outcomes": done})
+        _report(ctx, claim, every)
         if not claim.count and not claim.problems:
             stopped = "; ".join(
                 dict.fromkeys(o.get("stopped", "") for r in runs for o in r["outcomes"].values())
@@ -557,17 +567,20 @@ def _partial(out: Path) -> dict[str, Any]:
         return {}
 
 
-def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
-    """One problem per cause (what unpickled, in which environments), naming every member and sample."""
-    by_member: dict[tuple[str, str], list] = {}
-    for finding in findings:
-        by_member.setdefault((finding.key, finding.member), []).append(finding)
+def _report(ctx: CheckContext, claim: ClaimCheck, findings: list[tuple[str, Any]]) -> None:
+    """One problem per cause (what unpickled, in which environments), over every probe dataset, naming
+    every member, sample and dataset."""
+    by_member: dict[tuple[str, str, str], list] = {}
+    for dataset, finding in findings:
+        by_member.setdefault((dataset, finding.key, finding.member), []).append(finding)
     by_cause: dict[tuple[str, str, bool], list[str]] = {}
-    for (key, member), found in sorted(by_member.items()):
+    extra = False
+    for (dataset, key, member), found in sorted(by_member.items()):
+        extra = extra or member in EXTRA_MEMBERS
         environments = sorted({f.environment for f in found})
         only_forced = environments == ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"]
         cause = (found[0].ran_by, found[0].where, only_forced, len(environments) > 1)
-        by_cause.setdefault(cause, []).append(f"{member!r} (sample {key!r})")
+        by_cause.setdefault(cause, []).append(f"{member!r} (sample {key!r} of {dataset})")
     for (ran_by, where, only_forced, both), members in by_cause.items():
         if only_forced:
             when = "only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, i.e. a torch.load without an explicit weights_only=True"
@@ -589,7 +602,15 @@ def _report(ctx: CheckContext, claim: ClaimCheck, findings: list) -> None:
                 "read tensors with torch.load(..., weights_only=True) or primus_energon.read_tensor"
             )
         noun = "member" if len(members) == 1 else f"{len(members)} members"
+        shown = members[:6] + ([f"{len(members) - 6} more"] if len(members) > 6 else [])
+        note = (
+            f" ({', '.join(repr(m) for m in EXTRA_MEMBERS)} are members the probe adds to the format's own: a "
+            "shard may hold any member, and a decoder that decodes every member by its extension runs it "
+            "whether the cooker reads it or not)"
+            if extra and ran_by == "decoder"
+            else ""
+        )
         claim.problem(
-            f"{noun} {', '.join(members)} ran code from the shard when {where} unpickled "
-            f"{'it' if len(members) == 1 else 'them'}, {when}. Fix: {fix}"
+            f"{noun} {', '.join(shown)} ran code from the shard when {where} unpickled "
+            f"{'it' if len(members) == 1 else 'them'}, {when}{note}. Fix: {fix}"
         )

@@ -131,18 +131,21 @@ def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int, *, clean: b
 
 def _keys(samples: list[Any]) -> list[str]:
     raw_keys = [get_field(s, "__key__") for s in samples]
-    return [f"#{i} (no __key__)" if k is MISSING else str(k) for i, k in enumerate(raw_keys)]
+    return [f"#{i}" if k is MISSING else str(k) for i, k in enumerate(raw_keys)]
 
 
 def _where(sample: SampleTrace) -> str:
-    """Where a sample's payloads went, for a message."""
-    found = [f"{path} -> {places[0]}" for path, places in sample.places.items() if places and path != KEY]
+    """Where a sample's payloads went, for a message (only payloads found once: a value several samples
+    share says nothing about this one)."""
+    found = [
+        f"{path} -> {places[0]}" for path, places in sample.places.items() if len(places) == 1 and path != KEY
+    ]
     return (
         "; its other payloads: " + ", ".join(found[:4]) if found else "; none of its payloads is in the batch"
     )
 
 
-def _check_rows(batch: Any, samples: list[Any], required: Any = None) -> Trace:
+def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str = "") -> Trace:
     """Follow every sample's payloads into ``batch`` by value (stacked, concatenated with or without
     lengths, in lists of per-sample dicts): a payload is lost when it is nowhere while the batch carries
     that field for other samples, or when it is required data (``required(key, payload)``); a sample's
@@ -167,7 +170,7 @@ def _check_rows(batch: Any, samples: list[Any], required: Any = None) -> Trace:
     problems += padding_problems(result)
     if problems:
         shown = problems[:6] + ([f"... and {len(problems) - 6} more"] if len(problems) > 6 else [])
-        fail(f"batch() of {len(samples)} samples {keys}: " + "; ".join(shown))
+        fail(f"batch() of {_count(len(samples))} {keys}{note}: " + "; ".join(shown))
     return result
 
 
@@ -192,6 +195,10 @@ def padding_problems(result: Trace) -> list[str]:
                     "no length or mask for it: the padding becomes training data the sample never had"
                 )
     return problems
+
+
+def _count(n: int) -> str:
+    return f"{n} sample" if n == 1 else f"{n} samples"
 
 
 def _required(ctx: CheckContext, encoding: str | None, path: Any, limit: int | None = None) -> Any:
@@ -227,6 +234,14 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     for encoding in ctx.encodings():
         crude = ctx.crude(ctx.main_dataset(encoding), limit=16)
         required = _required(ctx, encoding, ctx.main_dataset(encoding))
+        from .packing import packs  # packing imports this module's padding check
+
+        note = (
+            " (unpacked samples, as Energon hands them to batch() when the loader has no packing_buffer_size; "
+            "packing/batch_rows checks batches of packs)"
+            if packs(task_encoder)
+            else ""
+        )
         last: list[tuple[Trace, list[str]]] = []
         with claims.claim("rows") as claim:
             samples = _encode(task_encoder, crude, ctx.seed)
@@ -240,7 +255,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
                     claim.examined()  # noqa: B023
                     batch = _batch(task_encoder, chosen, ctx.seed)
-                    last[:] = [(_check_rows(batch, chosen, required), _keys(chosen))]  # noqa: B023
+                    last[:] = [(_check_rows(batch, chosen, required, note), _keys(chosen))]  # noqa: B023
                     stats["batches"] += 1
 
                 contract()
