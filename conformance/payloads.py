@@ -30,7 +30,7 @@ import torch
 
 from .fingerprint import tensor_bytes
 
-__all__ = ["Payload", "Place", "Haystack", "payloads", "Trace", "trace", "required_by", "KEY"]
+__all__ = ["Payload", "Place", "Haystack", "payloads", "Trace", "trace", "required_by", "identity", "KEY"]
 
 #: The payload path of a sample's ``__key__``: not data, but it shows whether the output keeps each key
 #: beside its sample's data (see :meth:`Trace.mixed`).
@@ -541,6 +541,11 @@ def _uniform(value: Any) -> bool:
         return False
     flat = value.reshape(-1)
     return bool((flat == flat[0]).all())
+
+
+def identity(payload: Payload) -> bytes | str:
+    """A payload's value as one comparable object (dtype, shape and bits of a tensor; a text itself)."""
+    return _identity(payload)
 
 
 def _identity(payload: Payload) -> bytes | str:

@@ -362,15 +362,16 @@ def _dropped_by_batch(delivered: Delivered) -> str | None:
     logged or counted (a silent skip). Told by the data first: the faulty sample's own payloads (those
     that differ from the companion's) in the batch, or the payloads both share occurring once; the
     keys only where the batch carries them whole in a list of keys."""
-    from ..payloads import KEY, trace
+    from ..payloads import KEY, identity, trace
 
     faulty, clean = trace([delivered.faulty, delivered.clean], delivered.batch, ["faulty", "clean"]).samples
     message = "batch() left it out of the batch without an error: a silent skip that nothing logs or counts"
-    own = [path for path in faulty.places if path != KEY and faulty.places[path] != clean.places.get(path)]
+    clean_values = {identity(p) for path, p in clean.payloads.items() if path != KEY}
+    # the faulty sample's own payloads: values the companion does not have (a dict's inner tensor that
+    # equals the clean tensor is no evidence that the faulty sample is in the batch)
+    own = [path for path, p in faulty.payloads.items() if path != KEY and identity(p) not in clean_values]
     if any(faulty.places[path] for path in own):
         return None  # the faulty sample is in the batch (what it holds there is judged next)
-    if any(clean.places.get(path) for path in own if path in clean.places):
-        return message  # the companion's own version of a payload is there, the faulty one's is not
     shared = [
         path
         for path, places in clean.places.items()
@@ -574,9 +575,10 @@ def _report(ctx: CheckContext, claim: ClaimCheck, findings: list[tuple[str, Any]
     for dataset, finding in findings:
         by_member.setdefault((dataset, finding.key, finding.member), []).append(finding)
     by_cause: dict[tuple[str, str, bool], list[str]] = {}
-    extra = False
+    extra: set[str] = set()
     for (dataset, key, member), found in sorted(by_member.items()):
-        extra = extra or member in EXTRA_MEMBERS
+        if member in EXTRA_MEMBERS:
+            extra.add(member)
         environments = sorted({f.environment for f in found})
         only_forced = environments == ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"]
         cause = (found[0].ran_by, found[0].where, only_forced, len(environments) > 1)
@@ -604,7 +606,7 @@ def _report(ctx: CheckContext, claim: ClaimCheck, findings: list[tuple[str, Any]
         noun = "member" if len(members) == 1 else f"{len(members)} members"
         shown = members[:6] + ([f"{len(members) - 6} more"] if len(members) > 6 else [])
         note = (
-            f" ({', '.join(repr(m) for m in EXTRA_MEMBERS)} are members the probe adds to the format's own: a "
+            f" ({', '.join(repr(m) for m in sorted(extra))} {'is a member' if len(extra) == 1 else 'are members'} the probe adds to the format's own: a "
             "shard may hold any member, and a decoder that decodes every member by its extension runs it "
             "whether the cooker reads it or not)"
             if extra and ran_by == "decoder"

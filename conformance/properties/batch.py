@@ -207,25 +207,29 @@ def _required(ctx: CheckContext, encoding: str | None, path: Any, limit: int | N
     return required_by({s["__key__"]: required_values(schema, s) for s in ctx.raw(path, limit=limit)})
 
 
-def _advise(claims: ClaimRecorder, result: Trace, keys: list[str], required: Any) -> None:
-    """The advice a batch that kept every sample still earns: samples reordered (consistently), fields of
-    no required data left out for every sample."""
-    with claims.claim("order") as claim:
-        claim.examined()
-        order = result.order(keys)
-        if order is not None and order != keys:
-            claim.problem(
+def _advice(result: Trace, keys: list[str], required: Any) -> list[tuple[str, str]]:
+    """``(claim, problem)`` for what a batch that kept every sample still earns as advice: samples
+    reordered (consistently), fields of no required data left out for every sample."""
+    out = []
+    order = result.order(keys)
+    if order is not None and order != keys:
+        out.append(
+            (
+                "order",
                 f"batch() holds its samples in the order {order}, not in the order it was given them ({keys}); "
-                "every field agrees, so no data is mixed up"
+                "every field agrees, so no data is mixed up",
             )
-    with claims.claim("unmatched") as claim:
-        claim.examined()
-        dropped = result.dropped(required)
-        if dropped:
-            claim.problem(
+        )
+    dropped = result.dropped(required)
+    if dropped:
+        out.append(
+            (
+                "unmatched",
                 f"batch() leaves out the samples' {dropped} (no required data of the format): if the model "
-                "needs them, carry them into the batch"
+                "needs them, carry them into the batch",
             )
+        )
+    return out
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
@@ -242,7 +246,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             if packs(task_encoder)
             else ""
         )
-        last: list[tuple[Trace, list[str]]] = []
+        advice: list[tuple[str, str]] = []  # (claim, problem) over every batch tried
         with claims.claim("rows") as claim:
             samples = _encode(task_encoder, crude, ctx.seed)
             if not samples:
@@ -255,12 +259,17 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
                     claim.examined()  # noqa: B023
                     batch = _batch(task_encoder, chosen, ctx.seed)
-                    last[:] = [(_check_rows(batch, chosen, required, note), _keys(chosen))]  # noqa: B023
+                    checked = _check_rows(batch, chosen, required, note)  # noqa: B023
+                    advice.extend(_advice(checked, _keys(chosen), required))  # noqa: B023
                     stats["batches"] += 1
 
                 contract()
-        if last and not claims.failed("rows"):
-            _advise(claims, last[0][0], last[0][1], required)
+        if stats["batches"] and not claims.failed("rows"):
+            for name in ("order", "unmatched"):
+                with claims.claim(name) as claim:
+                    claim.examined(stats["batches"])
+                    for problem in [p for n, p in advice if n == name][:1]:
+                        claim.problem(problem)
         else:
             claims.not_applicable("order", "blocked by batch/rows")
             claims.not_applicable("unmatched", "blocked by batch/rows")
