@@ -673,7 +673,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "bad_input/corrupt_payload",
         "fail",
     ),
-    "batch() leaves the captions out": ("task_encoder", "BareStackTaskEncoder", {}, "batch/unmatched", "advice"),
+    "batch() leaves the captions out": (
+        "task_encoder",
+        "BareStackTaskEncoder",
+        {},
+        "batch/unmatched",
+        "advice",
+    ),
     "packs leave the captions out": (
         "task_encoder",
         "styles:EmbeddingsOnlyPackingTaskEncoder",
