@@ -8,6 +8,11 @@ never unpickles); whenever it refuses a payload, torch.load decides, and a refus
 global is ``malicious-pickle``, any other failure ``garbage-payload``. Speed: the reader's layout cache reads
 payloads of a layout it has accepted before without parsing them again (see ``tensorfile._Layout``).
 Floating tensors are scanned once (``aminmax``) for NaN/Inf and their value range.
+
+Bounded work: every size a member declares is checked against the bytes that are there before anything
+is allocated (a ``.npy`` header's shape and dtype, a tensor file's storage entry, JSON nesting, at most
+`MAX_JSON_DEPTH` levels, found by a linear scan before the parser recurses); pickles are read within
+`primus_energon.safepickle`'s budgets. A member past a budget is ``limit-exceeded``, naming the limit.
 """
 
 from __future__ import annotations
@@ -22,10 +27,19 @@ from typing import Any
 import torch
 
 from primus_energon.formats import IMAGE_EXTENSIONS, member_kind
-from primus_energon.safepickle import PickleFormatError, UnsafePickleError, describe_structure, safe_loads
+from primus_energon.safepickle import (
+    PickleFormatError,
+    PickleLimitError,
+    UnsafePickleError,
+    describe_structure,
+    safe_loads,
+)
 from primus_energon.tensorfile import TensorFileError, read_tensor
 
-__all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
+__all__ = ["MAX_JSON_DEPTH", "MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
+
+#: deepest JSON nesting checked (Python's parser recurses once per level, and stops near 1000)
+MAX_JSON_DEPTH = 256
 
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
@@ -133,11 +147,43 @@ def check_text(data: bytes | memoryview) -> MemberCheck:
     return out
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text `data` (strings skipped), in linear time and
+    without recursion; for malformed text an estimate that the parser then rejects."""
+    import numpy as np
+
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int64)
+    return int(np.cumsum(steps).max())
+
+
 def check_json(data: bytes | memoryview) -> MemberCheck:
     out = MemberCheck("json")
+    raw = bytes(data)
     try:
-        json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        out.code = "garbage-payload"
+        out.message = f"not a UTF-8 JSON document ({type(exc).__name__}: {str(exc)[:120]})"
+        return out
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        out.code = "limit-exceeded"
+        out.message = (
+            f"the JSON document nests {depth} levels deep, more than the {MAX_JSON_DEPTH}-level budget"
+        )
+        out.detail = {"limit": "depth", "budget": MAX_JSON_DEPTH, "found": depth}
+        return out
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError) as exc:
         out.code = "garbage-payload"
         out.message = f"not a UTF-8 JSON document ({type(exc).__name__}: {str(exc)[:120]})"
     return out
@@ -163,12 +209,45 @@ def check_image(data: bytes | memoryview) -> MemberCheck:
     return out
 
 
+def _read_npy(data: bytes | memoryview) -> Any:
+    """The array of a ``.npy`` member, read in place: the header is parsed, its shape and dtype checked
+    against the bytes that follow it before anything is allocated. Raises ValueError (``allow_pickle`` in
+    the text for object dtypes) for anything else."""
+    import numpy as np
+
+    view = memoryview(data).cast("B")
+    stream = io.BytesIO(view[: 65536 + 16])  # the header: at most numpy's 10000-byte default limit, + magic
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.hasobject:
+        raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+    count = 1
+    for d in shape:
+        count *= d
+    need = count * dtype.itemsize
+    offset = stream.tell()
+    have = len(view) - offset
+    if have < need:
+        raise ValueError(
+            f"the header declares shape {list(shape)[:8]} of {dtype} ({need} bytes), but {have} bytes follow it"
+        )
+    if dtype.itemsize == 0:
+        return np.zeros(shape, dtype=dtype)
+    flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+
+
 def check_npy(data: bytes | memoryview) -> MemberCheck:
     import numpy as np
 
     out = MemberCheck("npy")
     try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        arr = _read_npy(data)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
             out.code = "malicious-pickle"
@@ -184,23 +263,37 @@ def check_npy(data: bytes | memoryview) -> MemberCheck:
     out.dtype = str(arr.dtype)
     out.shape = tuple(arr.shape)
     if arr.dtype.kind == "f" and arr.size:
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        if not arr.dtype.isnative:  # torch reads native byte order only
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        with warnings.catch_warnings():  # read-only: the array is a view of the shard's bytes
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(np.ascontiguousarray(arr))
         _check_tensor_values(t, out)
     return out
 
 
 def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The floating tensors and arrays in a safely loaded structure, each distinct object once (a shared
+    reference is not walked again), in depth-first order."""
     import numpy as np
 
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return [torch.from_numpy(np.ascontiguousarray(value))]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensor_leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensor_leaves(item)]
-    return []
+    out: list[torch.Tensor] = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, np.ndarray) and item.dtype.kind == "f":
+            out.append(torch.from_numpy(np.ascontiguousarray(item)))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+    return out
 
 
 def check_pickle(data: bytes | memoryview) -> MemberCheck:
@@ -210,6 +303,11 @@ def check_pickle(data: bytes | memoryview) -> MemberCheck:
     out = MemberCheck("pickle")
     try:
         value = safe_loads(data)
+    except PickleLimitError as exc:
+        out.code = "limit-exceeded"
+        out.message = f"{exc} (nothing was run)"
+        out.detail = {"limit": exc.limit, "budget": exc.budget}
+        return out
     except UnsafePickleError as exc:
         out.code = "malicious-pickle"
         out.message = f"{exc} (nothing was run; Energon's default decoder would have run it)"
