@@ -142,7 +142,7 @@ def test_failures_become_named_problems() -> None:
     """What the net around each member check makes of each kind of exception."""
     assert failure_problem_fields(MemberTimeout(2.5))[0:2] == (
         "limit-exceeded",
-        "checking the member took longer than its 2.5-second budget; the check was stopped and nothing from the member was used",
+        "checking the member took longer than its 2.5-second time budget; the check was stopped and nothing from the member was used",
     )
     code, message, detail = failure_problem_fields(MemoryError("no"))
     assert code == "limit-exceeded" and detail["limit"] == "memory" and "MemoryError" in message
@@ -170,3 +170,31 @@ def test_member_deadline_interrupts_python_work() -> None:
 
     assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # restored
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_the_safe_decoder_checks_declared_sizes_and_nesting() -> None:
+    """SafeSampleDecoder reads `.npy` like np.load (order, values, writable) but checks the header's shape
+    against the bytes first, and refuses JSON nested past the budget instead of recursing."""
+    import io
+
+    import numpy as np
+
+    from primus_energon.boundedread import JsonDepthError, read_npy
+    from primus_energon.decoding import SafeSampleDecoder
+
+    buf = io.BytesIO()
+    array = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    np.save(buf, array)
+    out = SafeSampleDecoder()({"__key__": "k", "npy": buf.getvalue()})["npy"]
+    assert out.flags.f_contiguous and out.flags.writeable and np.array_equal(out, array)
+    lying = buf.getvalue().replace(b"(2, 3)", b"(200000000, 300000)")
+    with pytest.raises(ValueError, match="480000000000000 bytes"):
+        read_npy(lying)
+    for member, data, error in (
+        ("npy", lying, ValueError),
+        ("json", b"[" * 10_000 + b"]" * 10_000, JsonDepthError),
+    ):
+        with pytest.raises(Exception) as raised:
+            SafeSampleDecoder()({"__key__": "k", member: data})
+        chain = [raised.value, raised.value.__cause__, raised.value.__context__]
+        assert any(isinstance(e, error) for e in chain), chain

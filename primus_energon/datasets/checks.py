@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from primus_energon.boundedread import MAX_JSON_DEPTH, json_depth, read_npy
 from primus_energon.formats import IMAGE_EXTENSIONS, member_kind
 from primus_energon.safepickle import (
     PickleFormatError,
@@ -37,9 +38,6 @@ from primus_energon.safepickle import (
 from primus_energon.tensorfile import TensorFileError, read_tensor
 
 __all__ = ["MAX_JSON_DEPTH", "MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
-
-#: deepest JSON nesting checked (Python's parser recurses once per level, and stops near 1000)
-MAX_JSON_DEPTH = 256
 
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
@@ -147,23 +145,6 @@ def check_text(data: bytes | memoryview) -> MemberCheck:
     return out
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def json_depth(data: bytes) -> int:
-    """The deepest nesting of ``[``/``{`` in JSON text `data` (strings skipped), in linear time and
-    without recursion; for malformed text an estimate that the parser then rejects."""
-    import numpy as np
-
-    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
-    if not brackets:
-        return 0
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int64)
-    return int(np.cumsum(steps).max())
-
-
 def check_json(data: bytes | memoryview) -> MemberCheck:
     out = MemberCheck("json")
     raw = bytes(data)
@@ -209,45 +190,12 @@ def check_image(data: bytes | memoryview) -> MemberCheck:
     return out
 
 
-def _read_npy(data: bytes | memoryview) -> Any:
-    """The array of a ``.npy`` member, read in place: the header is parsed, its shape and dtype checked
-    against the bytes that follow it before anything is allocated. Raises ValueError (``allow_pickle`` in
-    the text for object dtypes) for anything else."""
-    import numpy as np
-
-    view = memoryview(data).cast("B")
-    stream = io.BytesIO(view[: 65536 + 16])  # the header: at most numpy's 10000-byte default limit, + magic
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
-    else:
-        raise ValueError(f"unsupported .npy version {version}")
-    if dtype.hasobject:
-        raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
-    count = 1
-    for d in shape:
-        count *= d
-    need = count * dtype.itemsize
-    offset = stream.tell()
-    have = len(view) - offset
-    if have < need:
-        raise ValueError(
-            f"the header declares shape {list(shape)[:8]} of {dtype} ({need} bytes), but {have} bytes follow it"
-        )
-    if dtype.itemsize == 0:
-        return np.zeros(shape, dtype=dtype)
-    flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
-    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
-
-
 def check_npy(data: bytes | memoryview) -> MemberCheck:
     import numpy as np
 
     out = MemberCheck("npy")
     try:
-        arr = _read_npy(data)
+        arr = read_npy(data)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
             out.code = "malicious-pickle"
