@@ -41,6 +41,7 @@ __all__ = ["MAX_JSON_DEPTH", "MemberCheck", "check_member", "member_kind", "IMAG
 
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
+_OBJECT_ADDRESS = re.compile(r" ?<[^<>]* at 0x[0-9a-fA-F]+>")
 _FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 
 
@@ -183,7 +184,8 @@ def check_image(data: bytes | memoryview) -> MemberCheck:
                 channels = len(img.getbands())
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         out.code = "garbage-payload"
-        out.message = f"not a decodable image ({type(exc).__name__}: {str(exc)[:120]})"
+        why = _OBJECT_ADDRESS.sub("", str(exc))  # PIL names the BytesIO by address: not a fact of the data
+        out.message = f"not a decodable image ({type(exc).__name__}: {why[:120]})"
         return out
     out.dtype = "uint8"
     out.shape = (h, w, channels)
