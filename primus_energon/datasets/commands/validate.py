@@ -46,7 +46,8 @@ DESCRIPTION = (
 EPILOG = (
     "Problem codes: truncated-shard, empty-shard, corrupt-shard, unreadable-shard, missing-member, "
     "garbage-payload, malicious-pickle, non-utf8-caption, nan-tensor, wrong-dtype, wrong-shape, duplicate-key, "
-    "dotted-key; metadata: missing-metadata, bad-metadata, count-mismatch, missing-index, index-mismatch, "
+    "dotted-key, unsafe-path, link-member, special-member, control-character, limit-exceeded, check-failed; "
+    "metadata: missing-metadata, bad-metadata, count-mismatch, missing-index, index-mismatch, "
     "missing-shard, unlisted-shard, compressed-shard, split-mismatch, encoding-mismatch, missing-sqlite "
     "(warning); metadatasets: bad-metadataset, missing-path, bad-weight, duplicate-leaf. "
     "Exit status: 0 clean, 1 problems found, 2 refused."
