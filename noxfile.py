@@ -4,6 +4,7 @@ nox -s tests       the test suite, in parallel (pytest-xdist), with a junit repo
 nox -s lint        ruff check and ruff format --check
 nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
 nox -s demo        the end-to-end demo (examples/demo.py)
+nox -s fuzz        mutated shards against validate and the safe readers for 10 minutes (-- SECONDS)
 nox -s remote_speed     validate over object storage vs a plain boto3 read, and torchrun scaling 1 -> 4 ranks
 """
 
@@ -84,6 +85,18 @@ def energon_matrix(session: nox.Session, energon: str) -> None:
         "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
         "--cooker=primus_energon:RAW_COOKER",
     )
+
+
+@nox.session(python="3.11")
+def fuzz(session: nox.Session) -> None:
+    """The shard fuzzer (tests/fuzz_shards.py) for longer than CI runs it: `nox -s fuzz -- SECONDS [SEED]`
+    (default 600 s, a random seed); a shard that breaks an invariant is kept in reports/fuzz/."""
+    _install(session)
+    seconds = session.posargs[0] if session.posargs else "600"
+    env = {"FUZZ_SECONDS": seconds, "FUZZ_EXAMPLES": "100", "FUZZ_FINDINGS": "reports/fuzz"}
+    if len(session.posargs) > 1:
+        env["FUZZ_SEED"] = session.posargs[1]
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/fuzz_shards.py", env=env)
 
 
 @nox.session(python="3.11")

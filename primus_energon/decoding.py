@@ -11,16 +11,14 @@ bytes.
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 import webdataset
 from megatron.energon import SampleDecoder
 
+from .boundedread import loads_json, read_npy
 from .safepickle import UnsafePickleError, safe_loads
 from .tensorfile import read_tensor
 
@@ -47,8 +45,8 @@ _HANDLERS: dict[str, Callable[[bytes], Any]] = {
     "pt": _tensor,
     "txt": lambda data: data.decode("utf-8"),
     "text": lambda data: data.decode("utf-8"),
-    "json": json.loads,
-    "jsn": json.loads,
+    "json": loads_json,
+    "jsn": loads_json,
     "cls": int,
     "cls2": int,
     "class": int,
@@ -56,7 +54,7 @@ _HANDLERS: dict[str, Callable[[bytes], Any]] = {
     "index": int,
     "inx": int,
     "id": int,
-    "npy": lambda data: np.load(io.BytesIO(data), allow_pickle=False),
+    "npy": lambda data: read_npy(data).copy(order="K"),  # np.load's result, its size checked first
     "pickle": _pickle,
     "pyd": _pickle,
 }

@@ -19,7 +19,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from primus_energon.safepickle import PickleFormatError, UnsafePickleError, describe_structure, safe_loads
+from primus_energon.safepickle import (
+    MAX_DEPTH,
+    PickleFormatError,
+    PickleLimitError,
+    UnsafePickleError,
+    describe_structure,
+    safe_loads,
+)
 
 _SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
@@ -220,6 +227,67 @@ def test_damaged_pickles_fail_cleanly(value: Any, protocol: int, data: Any) -> N
     except (UnsafePickleError, PickleFormatError):
         return
     describe_structure(out)  # what came back is plain data that can be walked
+
+
+def _shared(levels: int) -> list:
+    """``a = [a, a]`` `levels` times: `levels` + 1 lists, 2**levels paths through them."""
+    a: list = []
+    for _ in range(levels):
+        a = [a, a]
+    return a
+
+
+def test_shared_references_are_walked_once() -> None:
+    """A pickle of 41 lists whose paths number 2**40 loads at once (a walk per path would take hours), and
+    is described in bounded work; the objects budget counts distinct objects, not paths."""
+    data = pickle.dumps(_shared(40), protocol=4)
+    value = safe_loads(data, max_objects=100)
+    assert len(value) == 2 and value[0] is value[1]
+    assert describe_structure(value).startswith("list[list[list[list[list[...], list[...]]")
+    with pytest.raises(PickleLimitError) as caught:
+        safe_loads(data, max_objects=30)
+    assert caught.value.limit == "objects" and caught.value.budget == 30
+
+
+def test_depth_budget_is_a_format_error() -> None:
+    deep: list = []
+    node = deep
+    for _ in range(MAX_DEPTH + 1):
+        node.append([])
+        node = node[0]
+    with pytest.raises(PickleLimitError, match=f"deeper than {MAX_DEPTH} levels") as caught:
+        safe_loads(pickle.dumps(deep))
+    assert isinstance(caught.value, PickleFormatError) and caught.value.limit == "depth"
+    # deeper than Python's recursion limit: built by opcodes, refused without a RecursionError
+    raw = b"\x80\x02" + b"]" * 50_000 + b"a" * 49_999 + b"."
+    with pytest.raises(PickleLimitError):
+        safe_loads(raw)
+    safe_loads(pickle.dumps(deep), max_depth=MAX_DEPTH + 2)
+
+
+def test_declared_lengths_are_checked_before_anything_is_allocated() -> None:
+    """A BINBYTES8/BINUNICODE8 declaring a terabyte in a few bytes is refused as malformed (the unpickler
+    would allocate the declared size first); so is a numpy array declaring more than the bytes budget."""
+    for opcode in (b"\x8e", b"\x8d", b"\x96"):  # BINBYTES8, BINUNICODE8, BYTEARRAY8
+        bomb = b"\x80\x05" + opcode + (1 << 40).to_bytes(8, "little") + b"abc."
+        with pytest.raises(PickleFormatError, match="1099511627776 bytes"):
+            safe_loads(bomb)
+    plain = pickle.dumps(np.zeros(4, np.float64), protocol=2)
+    huge = plain.replace(b"K\x00\x85", b"J\x00\x00\x00\x40\x85", 1)  # _reconstruct(ndarray, (2**30,), ...)
+    assert huge != plain
+    with pytest.raises(PickleLimitError, match="numpy array declares shape") as caught:
+        safe_loads(huge, max_bytes=1 << 20)
+    assert caught.value.limit == "bytes"
+
+
+def test_bytes_budget() -> None:
+    data = pickle.dumps({"a": b"x" * 5000, "b": "y" * 5000})
+    assert safe_loads(data, max_bytes=20_000)["a"] == b"x" * 5000
+    with pytest.raises(PickleLimitError) as caught:
+        safe_loads(data, max_bytes=8000)
+    assert caught.value.limit == "bytes"
+    with pytest.raises(PickleLimitError, match="the pickle is"):
+        safe_loads(data, max_bytes=100)
 
 
 def test_errors_are_value_errors() -> None:

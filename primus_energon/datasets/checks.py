@@ -8,6 +8,11 @@ never unpickles); whenever it refuses a payload, torch.load decides, and a refus
 global is ``malicious-pickle``, any other failure ``garbage-payload``. Speed: the reader's layout cache reads
 payloads of a layout it has accepted before without parsing them again (see ``tensorfile._Layout``).
 Floating tensors are scanned once (``aminmax``) for NaN/Inf and their value range.
+
+Bounded work: every size a member declares is checked against the bytes that are there before anything
+is allocated (a ``.npy`` header's shape and dtype, a tensor file's storage entry, JSON nesting, at most
+`MAX_JSON_DEPTH` levels, found by a linear scan before the parser recurses); pickles are read within
+`primus_energon.safepickle`'s budgets. A member past a budget is ``limit-exceeded``, naming the limit.
 """
 
 from __future__ import annotations
@@ -21,14 +26,22 @@ from typing import Any
 
 import torch
 
+from primus_energon.boundedread import MAX_JSON_DEPTH, json_depth, read_npy
 from primus_energon.formats import IMAGE_EXTENSIONS, member_kind
-from primus_energon.safepickle import PickleFormatError, UnsafePickleError, describe_structure, safe_loads
+from primus_energon.safepickle import (
+    PickleFormatError,
+    PickleLimitError,
+    UnsafePickleError,
+    describe_structure,
+    safe_loads,
+)
 from primus_energon.tensorfile import TensorFileError, read_tensor
 
-__all__ = ["MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
+__all__ = ["MAX_JSON_DEPTH", "MemberCheck", "check_member", "member_kind", "IMAGE_EXTENSIONS"]
 
 _DISALLOWED_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
 _BLOCKED_MODULE = re.compile(r"whose module (\S+) is blocked")
+_OBJECT_ADDRESS = re.compile(r" ?<[^<>]* at 0x[0-9a-fA-F]+>")
 _FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 
 
@@ -135,9 +148,24 @@ def check_text(data: bytes | memoryview) -> MemberCheck:
 
 def check_json(data: bytes | memoryview) -> MemberCheck:
     out = MemberCheck("json")
+    raw = bytes(data)
     try:
-        json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        out.code = "garbage-payload"
+        out.message = f"not a UTF-8 JSON document ({type(exc).__name__}: {str(exc)[:120]})"
+        return out
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        out.code = "limit-exceeded"
+        out.message = (
+            f"the JSON document nests {depth} levels deep, more than the {MAX_JSON_DEPTH}-level budget"
+        )
+        out.detail = {"limit": "depth", "budget": MAX_JSON_DEPTH, "found": depth}
+        return out
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError) as exc:
         out.code = "garbage-payload"
         out.message = f"not a UTF-8 JSON document ({type(exc).__name__}: {str(exc)[:120]})"
     return out
@@ -156,7 +184,8 @@ def check_image(data: bytes | memoryview) -> MemberCheck:
                 channels = len(img.getbands())
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         out.code = "garbage-payload"
-        out.message = f"not a decodable image ({type(exc).__name__}: {str(exc)[:120]})"
+        why = _OBJECT_ADDRESS.sub("", str(exc))  # PIL names the BytesIO by address: not a fact of the data
+        out.message = f"not a decodable image ({type(exc).__name__}: {why[:120]})"
         return out
     out.dtype = "uint8"
     out.shape = (h, w, channels)
@@ -168,7 +197,7 @@ def check_npy(data: bytes | memoryview) -> MemberCheck:
 
     out = MemberCheck("npy")
     try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        arr = read_npy(data)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
             out.code = "malicious-pickle"
@@ -184,23 +213,37 @@ def check_npy(data: bytes | memoryview) -> MemberCheck:
     out.dtype = str(arr.dtype)
     out.shape = tuple(arr.shape)
     if arr.dtype.kind == "f" and arr.size:
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        if not arr.dtype.isnative:  # torch reads native byte order only
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        with warnings.catch_warnings():  # read-only: the array is a view of the shard's bytes
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(np.ascontiguousarray(arr))
         _check_tensor_values(t, out)
     return out
 
 
 def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The floating tensors and arrays in a safely loaded structure, each distinct object once (a shared
+    reference is not walked again), in depth-first order."""
     import numpy as np
 
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return [torch.from_numpy(np.ascontiguousarray(value))]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensor_leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensor_leaves(item)]
-    return []
+    out: list[torch.Tensor] = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, np.ndarray) and item.dtype.kind == "f":
+            out.append(torch.from_numpy(np.ascontiguousarray(item)))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+    return out
 
 
 def check_pickle(data: bytes | memoryview) -> MemberCheck:
@@ -210,6 +253,11 @@ def check_pickle(data: bytes | memoryview) -> MemberCheck:
     out = MemberCheck("pickle")
     try:
         value = safe_loads(data)
+    except PickleLimitError as exc:
+        out.code = "limit-exceeded"
+        out.message = f"{exc} (nothing was run)"
+        out.detail = {"limit": exc.limit, "budget": exc.budget}
+        return out
     except UnsafePickleError as exc:
         out.code = "malicious-pickle"
         out.message = f"{exc} (nothing was run; Energon's default decoder would have run it)"

@@ -13,7 +13,8 @@ ones, in their order (both through `primus_energon.datasets.preparation`)::
 Refuses, with one line that says what to do (`FinalizeError`, exit status 2): split ratios that are not three
 non-negative numbers summing to 1; compressed shards (``.tar.gz``: Energon reads shards by byte offset and
 cannot seek in them; ``decompress=True`` writes the ``.tar`` beside each); a directory already prepared
-(unless ``force``). Energon's ``sys.exit(1)`` on duplicate keys becomes a `FinalizeError` (exit status 1)
+(unless ``force``); shards holding entries that escape or confuse (a name that is absolute or climbs out
+with ``..``, a link, a device or FIFO, a name with a control character): nothing is written for them. Energon's ``sys.exit(1)`` on duplicate keys becomes a `FinalizeError` (exit status 1)
 naming the duplicate.
 """
 
@@ -164,6 +165,7 @@ def finalize_dataset(
     tars = sorted(set(tars) | set(decompressed))
     if not tars:
         raise FinalizeError(f"no .tar shards under {str(root)!r}")
+    _refuse_hostile_entries(root, tars)
     nv = root / META_DIR
     if (nv / ".info.json").exists() or (nv / ".info.yaml").exists():
         if not force:
@@ -177,6 +179,58 @@ def finalize_dataset(
     extra = {k: v for k, v in (subflavors or {}).items() if k != "encoding"}
     dataset_yaml = write_dataset_yaml(root, {"encoding": encoding, **extra})
     return FinalizeResult(root, tars, ratios, sorted(parts), dataset_yaml, decompressed)
+
+
+def hostile_entries(root: Path, tars: Sequence[str], *, limit: int = 20) -> list[tuple[str, str, str]]:
+    """``(shard, entry name, why)`` for entries of the shards whose name is absolute or has a ``..``
+    component, that are links, devices or FIFOs, or whose name holds control characters (at most `limit`);
+    headers only. A shard that cannot be read to its end is left to Energon's preparation to report."""
+    from .tarscan import TarCorrupt, TarReader, TarTruncated, control_characters, open_shard, unsafe_path
+
+    found: list[tuple[str, str, str]] = []
+    for name in tars:
+        try:
+            data = open_shard(root / name)
+        except OSError:
+            continue
+        try:
+            for member, _ in TarReader(data, read_data=False, special=True):
+                reasons = []
+                why = unsafe_path(member.name)
+                if why:
+                    reasons.append(f"an {why}")
+                if member.type not in ("file", "directory"):
+                    reasons.append(
+                        f"a {member.type}" + (f" to {member.linkname!r}" if member.linkname else "")
+                    )
+                chars = control_characters(member.name)
+                if chars:
+                    reasons.append(f"control character(s) {', '.join(chars)}")
+                if reasons:
+                    found.append((name, member.name, " and ".join(reasons)))
+                    if len(found) >= limit:
+                        return found
+        except (TarTruncated, TarCorrupt, OSError):
+            pass
+        finally:
+            close = getattr(data, "close", None)
+            if close is not None:
+                close()
+    return found
+
+
+def _refuse_hostile_entries(root: Path, tars: Sequence[str]) -> None:
+    found = hostile_entries(root, tars)
+    if not found:
+        return
+    shown = "; ".join(f"{shard}: {entry[:120]!r} is {why}" for shard, entry, why in found[:3])
+    more = f" (and more: {len(found)}+ entries)" if len(found) > 3 else ""
+    raise FinalizeError(
+        f"refusing to prepare shards with entries that escape or confuse: {shown}{more}. Any tool that "
+        "extracts such a shard writes outside its directory or creates links and devices, and control "
+        "characters break index lookups. Rewrite the shards with relative key.member names and regular files "
+        "only; `primus-energon validate DIR` lists every such entry"
+    )
 
 
 def _plain_name(name: str) -> str:

@@ -82,6 +82,41 @@ CODES: dict[str, tuple[str, str]] = {
         "Energon cuts member names at the first dot, so this key loses its members: rename keys without dots "
         "(e.g. replace '.' with '_') and re-run finalize",
     ),
+    "unsafe-path": (
+        "error",
+        "the member's name is an absolute path or climbs out with '..': any tool that extracts the shard writes "
+        "it outside the extraction directory. Delete the shard and find out who wrote it; rewrite it with "
+        "relative names (key.member inside the shard)",
+    ),
+    "link-member": (
+        "error",
+        "the shard holds a symbolic or hard link: Energon skips it, and extracting the shard would create a link "
+        "that can point anywhere. Rewrite the shard with regular files only",
+    ),
+    "special-member": (
+        "error",
+        "the shard holds a device or FIFO entry: Energon skips it, and extracting the shard would create a "
+        "device node or a pipe. Rewrite the shard with regular files only",
+    ),
+    "control-character": (
+        "error",
+        "the sample key or member name holds a control character (newline, NUL, ...): it breaks index.sqlite "
+        "lookups, split.yaml excludes, logs and reports. Rename the sample without control characters and "
+        "re-run finalize",
+    ),
+    "limit-exceeded": (
+        "error",
+        "checking the member went past a budget (the message names it: objects, depth, bytes, time or "
+        "memory); nothing from it was run and the run went on with the next member. Re-export the member "
+        "within the limits, or exclude the sample; a legitimate member this large can be checked with a "
+        "larger budget (validate --member-timeout / --worker-memory)",
+    ),
+    "check-failed": (
+        "error",
+        "checking the member raised an unexpected error (named in the message); nothing from it was run and "
+        "the run went on with the next member. Re-export the member; if it is valid, report the message as a "
+        "primus-energon bug",
+    ),
     # -- metadata ------------------------------------------------------------------------------------------
     "missing-metadata": (
         "error",

@@ -8,6 +8,12 @@ the whole dataset (duplicate keys, missing members, shape consistency) is decide
 Samples are grouped like Energon groups them: consecutive members with the same key form one sample. A
 member name that repeats within a run starts a new sample with the same key (a duplicate key written twice
 in a row; Energon's index sees two samples there too).
+
+Hostile input: every member is checked inside one net (`primus_energon.datasets.limits`): any exception a
+check raises (MemoryError, RecursionError, OverflowError, anything) becomes a problem of that shard, key and
+member (``limit-exceeded`` for a time, memory or depth limit, naming it; ``check-failed`` otherwise), and
+the scan goes on with the next member. Entries whose names escape the extraction directory (absolute, or
+with ``..``), links, devices and FIFOs, and names with control characters are problems of their own kinds.
 """
 
 from __future__ import annotations
@@ -19,9 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..storage import DatasetPath, dataset_path
-from .checks import check_member
+from .checks import MemberCheck, check_member
+from .limits import DEFAULT_LIMITS, MemberTimeout, ScanLimits, failure_problem_fields, member_deadline
 from .problems import Problem
-from .tarscan import TarCorrupt, TarReader, TarTruncated, open_shard, split_name
+from .tarscan import (
+    TarCorrupt,
+    TarMember,
+    TarReader,
+    TarTruncated,
+    control_characters,
+    open_shard,
+    split_name,
+    unsafe_path,
+)
 
 __all__ = ["MemberSig", "SampleRecord", "ShardScan", "scan_from_dict", "scan_shard", "scan_to_dict"]
 
@@ -127,6 +143,79 @@ class _Builder:
         self.key, self.members, self.names = None, [], set()
 
 
+def _entry_problems(name: str, member: TarMember, reported_keys: set[str]) -> list[Problem]:
+    """Problems of an entry's name and type: an escaping path, a link, a device or FIFO, control
+    characters (once per sample key)."""
+    out: list[Problem] = []
+    why = unsafe_path(member.name)
+    if why is not None:
+        out.append(
+            Problem(
+                "unsafe-path",
+                name,
+                member.key,
+                member.part,
+                f"the entry {member.name[:200]!r} has an {why}: extracting the shard would write it outside "
+                "the extraction directory",
+                detail={"name": member.name, "reason": why},
+            )
+        )
+    if member.type in ("symlink", "hardlink"):
+        out.append(
+            Problem(
+                "link-member",
+                name,
+                member.key,
+                member.part,
+                f"the entry {member.name[:200]!r} is a {member.type} to {str(member.linkname)[:200]!r} "
+                "(Energon skips it; extracting the shard would create the link)",
+                detail={"name": member.name, "type": member.type, "target": member.linkname},
+            )
+        )
+    elif member.type in ("character-device", "block-device", "fifo"):
+        out.append(
+            Problem(
+                "special-member",
+                name,
+                member.key,
+                member.part,
+                f"the entry {member.name[:200]!r} is a {member.type} (Energon skips it; extracting the shard "
+                "would create it)",
+                detail={"name": member.name, "type": member.type},
+            )
+        )
+    found = control_characters(member.name)
+    if found:
+        in_key = member.key is not None and control_characters(member.key)
+        if not in_key or member.key not in reported_keys:
+            if in_key:
+                reported_keys.add(member.key)  # type: ignore[arg-type]
+            out.append(
+                Problem(
+                    "control-character",
+                    name,
+                    member.key,
+                    None if in_key else member.part,
+                    f"the {'sample key' if in_key else 'entry name'} {member.name[:200]!r} holds control "
+                    f"character(s) {', '.join(found)}",
+                    detail={"name": member.name, "characters": found},
+                )
+            )
+    return out
+
+
+def _checked(part: str, payload: Any, decode: bool, seconds: float | None) -> tuple[MemberCheck, bool]:
+    """`check_member` inside the net: (result, True), or (a result carrying the failure, False)."""
+    try:
+        with member_deadline(seconds if decode else None):
+            return check_member(part, payload, decode=decode), True
+    except (Exception, MemberTimeout) as exc:  # noqa: BLE001 - the net: every failure becomes a problem
+        code, message, detail = failure_problem_fields(exc)
+        from ..formats import member_kind
+
+        return MemberCheck(member_kind(part), code, message, detail=detail), False
+
+
 def scan_shard(
     root: str | os.PathLike[str] | DatasetPath,
     name: str,
@@ -134,12 +223,14 @@ def scan_shard(
     decode: bool = True,
     max_samples: int | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    limits: ScanLimits = DEFAULT_LIMITS,
 ) -> ShardScan:
     """Read shard `name` (relative to `root`) member by member and check every payload.
 
     `decode=False` only lists samples and members (no payload checks). `max_samples` stops after that many
     samples (for `info`; the shard then counts as unfinished: no `end_offset`). `on_bytes(n)` is called as
-    bytes are consumed (progress). Never raises for bad data: problems are in the result.
+    bytes are consumed (progress). `limits`: the time budget per member (see `primus_energon.datasets.limits`).
+    Never raises for bad data: problems are in the result.
     """
     path = dataset_path(root) / name
     try:
@@ -163,9 +254,14 @@ def scan_shard(
     sig_cache: dict[MemberSig, MemberSig] = {}
     current: tuple[str, str] | None = None
     last_report = 0
-    reader = TarReader(data, read_data=decode)
+    reader = TarReader(data, read_data=decode, special=True)
+    reported_keys: set[str] = set()
     try:
         for member, payload in reader:
+            if member.type != "file" or unsafe_path(member.name) or control_characters(member.name):
+                scan.problems.extend(_entry_problems(name, member, reported_keys))
+                if member.type != "file":
+                    continue
             if member.key is None or member.part is None:
                 scan.ignored_entries += 1
                 continue
@@ -176,7 +272,9 @@ def scan_shard(
             ):
                 break
             current = (member.key, member.part)
-            result = check_member(member.part, payload if payload is not None else b"", decode=decode)
+            result, _ = _checked(
+                member.part, payload if payload is not None else b"", decode, limits.member_seconds
+            )
             payload = None
             sig: MemberSig = (member.part, result.kind, result.dtype, result.shape)
             sig = sig_cache.setdefault(sig, sig)
@@ -254,6 +352,19 @@ def scan_shard(
                 None,
                 f"{exc}; {len(scan.samples)} sample(s) before it are readable",
                 detail={"offset": exc.offset},
+            )
+        )
+    except Exception as exc:  # noqa: BLE001 - reading the tar itself failed in a way not foreseen
+        scan.corrupt = True
+        builder.flush()
+        scan.problems.append(
+            Problem(
+                "corrupt-shard",
+                name,
+                current[0] if current else None,
+                None,
+                f"reading the tar failed ({type(exc).__name__}: {str(exc)[:160]}); {len(scan.samples)} "
+                "sample(s) before it are readable",
             )
         )
     else:

@@ -4,7 +4,10 @@ Unlike `tarfile`, which silently ends an archive at a cut header or a missing en
 raises `TarTruncated` naming the member being read when the file ends early, and `TarCorrupt` for a header
 that is not a tar header. Local shards are memory-mapped (`open_shard`), so payloads are checked in place in
 the page cache, without a copy; remote ones are streamed in ranged reads (`primus_energon.storage`). Supports ustar, GNU long names and pax ``path``/``size`` records (what ``tarfile``,
-webdataset and GNU tar write). Non-regular entries (directories, links) are skipped, as Energon does.
+webdataset and GNU tar write). Non-regular entries (directories, links, devices, FIFOs) are skipped, as
+Energon does, unless ``special=True`` asks for them (with their `TarMember.type`), so that `validate` can
+name the ones an extracting tool would turn into a link or a device. A declared size is checked against
+the bytes that are there before anything is read; a size that is not a number is `TarCorrupt`.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ __all__ = [
     "TarMember",
     "TarReader",
     "TarTruncated",
+    "control_characters",
     "iter_members",
     "open_shard",
     "split_name",
+    "unsafe_path",
 ]
 
 #: Energon's member-name split (flavors/webdataset/config.py): key = everything up to the first dot of the
@@ -43,6 +48,36 @@ _BLOCK = tarfile.BLOCKSIZE
 _ZERO_BLOCK = bytes(_BLOCK)
 _REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 _EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE)
+#: entry types other than regular files, as `TarMember.type` names them
+_SPECIAL = {
+    tarfile.DIRTYPE: "directory",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hardlink",
+    tarfile.CHRTYPE: "character-device",
+    tarfile.BLKTYPE: "block-device",
+    tarfile.FIFOTYPE: "fifo",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def unsafe_path(name: str) -> str | None:
+    """Why extracting an entry named `name` would write outside the directory it is extracted into
+    (``"absolute path"``, ``"'..' component"``), or None."""
+    if name.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", name) or name.startswith("\\"):
+        return "absolute path"
+    if ".." in re.split(r"[/\\]", name):
+        return "'..' component"
+    return None
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters in `text` (newline, NUL, ...), as ``repr`` escapes, first-seen order."""
+    found: list[str] = []
+    for c in _CONTROL.findall(text):
+        shown = repr(c)[1:-1]
+        if shown not in found:
+            found.append(shown)
+    return found
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -64,6 +99,11 @@ class TarMember:
     offset: int
     data_offset: int
     size: int
+    #: ``"file"``, or (only with ``TarReader(special=True)``) one of ``directory``, ``symlink``,
+    #: ``hardlink``, ``character-device``, ``block-device``, ``fifo``
+    type: str = "file"
+    #: the target of a link (None for other entries)
+    linkname: str | None = None
 
 
 class TarTruncated(Exception):
@@ -140,13 +180,19 @@ class TarReader:
     reference to it. Iteration raises `TarTruncated` / `TarCorrupt` at the point
     the archive breaks (members before it have been yielded). When it ends normally, the archive ended
     properly and `end_offset` is where its end-of-archive marker starts (Energon's last index entry).
+    `special`: also yield directories, links, devices and FIFOs (payload None, `TarMember.type` says which).
     """
 
     def __init__(
-        self, data: bytes | bytearray | memoryview | mmap.mmap | ForwardWindow, *, read_data: bool = True
+        self,
+        data: bytes | bytearray | memoryview | mmap.mmap | ForwardWindow,
+        *,
+        read_data: bool = True,
+        special: bool = False,
     ) -> None:
         self.data = data
         self.read_data = read_data
+        self.special = special
         self.end_offset: int | None = None
 
     def __iter__(self) -> Iterator[tuple[TarMember, memoryview | None]]:
@@ -167,6 +213,7 @@ def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]
     file_size = len(view)
     pos = 0
     long_name: str | None = None
+    long_link: str | None = None
     pax: dict[str, str] = {}
     chain_start: int | None = None
     try:
@@ -210,7 +257,17 @@ def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]
                 hname, hsize, htype = info.name, info.size, info.type
             if chain_start is None:
                 chain_start = header_at
-            size = int(pax["size"]) if "size" in pax else hsize
+            try:
+                size = int(pax["size"]) if "size" in pax else hsize
+            except ValueError:
+                raise TarCorrupt(
+                    f"the pax header before byte {header_at} declares size {pax['size'][:40]!r}, not a number",
+                    offset=header_at,
+                ) from None
+            if size < 0:
+                raise TarCorrupt(
+                    f"the tar header at byte {header_at} declares a negative size", offset=header_at
+                )
             padded = size + (-size % _BLOCK)
             if htype in _EXTENDED:
                 if pos + padded > file_size:
@@ -225,12 +282,15 @@ def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]
                 pos += padded
                 if htype == tarfile.GNUTYPE_LONGNAME:
                     long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif htype == tarfile.GNUTYPE_LONGLINK:
+                    long_link = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 elif htype == tarfile.XHDTYPE:
                     pax.update(_parse_pax(payload))
                 continue  # longlink targets and global pax headers do not name a member
             name = long_name or pax.get("path") or hname
+            linkname = long_link or pax.get("linkpath")
             start = chain_start
-            long_name, pax, chain_start = None, {}, None
+            long_name, long_link, pax, chain_start = None, None, {}, None
             data_at = pos
             if data_at + size > file_size:
                 raise TarTruncated(
@@ -242,6 +302,24 @@ def _iterate(reader: TarReader) -> Iterator[tuple[TarMember, memoryview | None]]
                 )
             pos += padded
             if htype not in _REGULAR:
+                kind = _SPECIAL.get(htype)
+                if reader.special and kind is not None:
+                    if linkname is None and kind in ("symlink", "hardlink"):
+                        linkname = block[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                    split = split_name(name)
+                    yield (
+                        TarMember(
+                            name,
+                            split[0] if split else None,
+                            split[1] if split else None,
+                            start,
+                            data_at,
+                            size,
+                            kind,
+                            linkname,
+                        ),
+                        None,
+                    )
                 continue
             split = split_name(name)
             member = TarMember(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..storage import DatasetPath, RemoteStorageError, dataset_dir
 from .analysis import analyze
+from .limits import ScanLimits, cap_address_space, capped, current_limits, worker_budget
 from .metadata import META_DIR, DatasetMeta, list_shard_files, read_index, read_metadata
 from .problems import CODES, Problem
 from .report import DatasetReport, ShardSummary
@@ -75,9 +76,12 @@ def _init_worker(msc_config: str | None) -> None:
         os.environ["MSC_CONFIG"] = msc_config
 
 
-def _scan_task(args: tuple[int, str, str, bool]) -> tuple[int, ShardScan]:
-    index, root, name, decode = args
-    return index, scan_shard(root, name, decode=decode)
+def _scan_task(args: tuple[int, str, str, bool, ScanLimits, int, int]) -> tuple[int, ShardScan]:
+    """One shard in a worker: its address space capped at what it holds now + the shard's size + the
+    worker's budget (`primus_energon.datasets.limits`), then `scan_shard`."""
+    index, root, name, decode, limits, size, budget = args
+    cap_address_space(size + budget)
+    return index, scan_shard(root, name, decode=decode, limits=limits)
 
 
 _POOLS: dict[tuple[int, str | None], Any] = {}
@@ -164,10 +168,13 @@ def scan_shards(
     on_bytes: Callable[[int], None] | None = None,
 ) -> list[ShardScan]:
     """`scan_shard` for each of `names` (in that order in the result), over `workers` processes.
-    `on_bytes(n)`: called as bytes are scanned (per few MiB in process, per shard from a pool)."""
+    `on_bytes(n)`: called as bytes are scanned (per few MiB in process, per shard from a pool). The limits
+    of `primus_energon.datasets.limits.current_limits` apply: a time budget per member, and in worker
+    processes an address-space cap per shard."""
     location = dataset_dir(root)
     sizes = shard_sizes(location, names)
     workers = max(1, min(workers, len(names)))
+    limits = current_limits()
     bar = _progress_bar(sum(sizes), desc, progress)
     results: list[ShardScan | None] = [None] * len(names)
 
@@ -180,11 +187,14 @@ def scan_shards(
         if workers == 1:
             update: Callable[[int], None] | None = advance if on_bytes or not bar.disable else None
             with _one_thread():
+                budget = worker_budget(limits, 1) if limits.cap_in_process else None
                 for i, n in enumerate(names):
-                    results[i] = scan_shard(location, n, decode=decode, on_bytes=update)
+                    with capped(None if budget is None else budget + sizes[i]):
+                        results[i] = scan_shard(location, n, decode=decode, on_bytes=update, limits=limits)
         else:
             # a worker gets the location as a string (a remote one then looks up only its own shards)
-            tasks = [(i, str(location), n, decode) for i, n in enumerate(names)]
+            budget = worker_budget(limits, workers)
+            tasks = [(i, str(location), n, decode, limits, sizes[i], budget) for i, n in enumerate(names)]
             # largest shards first keeps the pool busy; results are put back in shard order
             tasks.sort(key=lambda t: -sizes[t[0]])
             for i, scan in _pool(workers).imap_unordered(_scan_task, tasks, chunksize=1):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import error
-from .validate import EPILOG, add_validate_options, emit
+from .validate import EPILOG, add_validate_options, apply_limits, emit
 
 __all__ = ["DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run", "subflavor"]
 
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from ..finalize import FinalizeError, finalize_dataset, parse_split
     from ..validate import validate_dataset
 
+    apply_limits(args)
     try:
         split = parse_split(args.split)
         result = finalize_dataset(

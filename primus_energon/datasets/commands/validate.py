@@ -18,7 +18,17 @@ if TYPE_CHECKING:
     from ..distributed import DistributedScanner
     from ..report import DatasetReport, MetadatasetReport
 
-__all__ = ["DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "add_validate_options", "emit", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "EPILOG",
+    "HELP",
+    "NAME",
+    "add_arguments",
+    "add_validate_options",
+    "apply_limits",
+    "emit",
+    "run",
+]
 
 NAME = "validate"
 HELP = "check every sample of a dataset (or every leaf of a metadataset) before training"
@@ -36,7 +46,8 @@ DESCRIPTION = (
 EPILOG = (
     "Problem codes: truncated-shard, empty-shard, corrupt-shard, unreadable-shard, missing-member, "
     "garbage-payload, malicious-pickle, non-utf8-caption, nan-tensor, wrong-dtype, wrong-shape, duplicate-key, "
-    "dotted-key; metadata: missing-metadata, bad-metadata, count-mismatch, missing-index, index-mismatch, "
+    "dotted-key, unsafe-path, link-member, special-member, control-character, limit-exceeded, check-failed; "
+    "metadata: missing-metadata, bad-metadata, count-mismatch, missing-index, index-mismatch, "
     "missing-shard, unlisted-shard, compressed-shard, split-mismatch, encoding-mismatch, missing-sqlite "
     "(warning); metadatasets: bad-metadataset, missing-path, bad-weight, duplicate-leaf. "
     "Exit status: 0 clean, 1 problems found, 2 refused."
@@ -58,6 +69,22 @@ def add_validate_options(p: argparse.ArgumentParser) -> None:
         "--json", metavar="FILE", default=None, help="also write the JSON report to FILE ('-': stdout)"
     )
     p.add_argument("--strict", action="store_true", help="warnings fail validation too")
+    p.add_argument(
+        "--member-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="time budget in seconds for checking one member; past it the member is a limit-exceeded "
+        "problem and the run goes on (default: 60)",
+    )
+    p.add_argument(
+        "--worker-memory",
+        type=positive_float,
+        default=None,
+        metavar="GIB",
+        help="address space in GiB a scanner process may take beyond the shard it maps (setrlimit "
+        "RLIMIT_AS); past it the member is a limit-exceeded problem (default: physical memory / workers)",
+    )
     p.add_argument(
         "--max-lines",
         type=positive_int,
@@ -107,6 +134,20 @@ def emit(report: DatasetReport | MetadatasetReport, args: argparse.Namespace) ->
         )
     write_json(args.json, report.to_json())
     return 0 if report.ok else 1
+
+
+def apply_limits(args: argparse.Namespace) -> None:
+    """Make ``--member-timeout`` and ``--worker-memory`` the limits of this process's scans."""
+    from ..limits import ScanLimits, set_limits
+
+    memory = getattr(args, "worker_memory", None)
+    set_limits(
+        ScanLimits(
+            member_seconds=getattr(args, "member_timeout", 60.0),
+            worker_memory=None if memory is None else int(memory * (1 << 30)),
+            cap_in_process=True,
+        )
+    )
 
 
 def _validate(args: argparse.Namespace, scanner: DistributedScanner | None = None) -> Any:
@@ -167,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import torchrun_world
     from ..validate import ValidationError
 
+    apply_limits(args)
     if torchrun_world() is not None:
         return _run_ranks(args)
     try:
