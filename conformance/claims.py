@@ -162,7 +162,7 @@ class ClaimCheck:
     def note(self, message: str) -> None:
         """Something the report says about how the claim was checked (e.g. on which data, what was left
         out and why); it is the message of a claim that passes."""
-        if message not in self.notes:
+        if message and message not in self.notes:
             self.notes.append(message)
 
 

@@ -419,6 +419,16 @@ class Workspace:
             self._cache[name] = out
         return self._cache[name]
 
+    def generated_note(self, layout: str, why: str) -> str:
+        """On a user's dataset (``--conformance-dataset``), what a claim checked on generated data says: the
+        data is generated in the user's format (``layout``: its samples and shards) because ``why``; else ""."""
+        if not self.dataset:
+            return ""
+        return (
+            f"checked on generated data in the format of {self.dataset} ({layout}), not on the dataset itself: "
+            f"{why}"
+        )
+
     def main(self, encoding: str | None) -> DatasetPath:
         """The clean dataset checks run on: the user's ``--dataset`` (local or remote), else a generated one."""
         return dataset_path(self.dataset) if self.dataset else self.generated(encoding)
