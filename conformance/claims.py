@@ -127,6 +127,7 @@ class ClaimCheck:
     by_sample: dict[str, list[str]] = field(default_factory=dict)
     count: int = 0
     why_nothing: str = ""
+    notes: list[str] = field(default_factory=list)
 
     def examined(self, count: int = 1) -> None:
         """Record that ``count`` more cases were examined (a claim that examined none has not passed)."""
@@ -157,6 +158,12 @@ class ClaimCheck:
     def nothing_because(self, reason: str) -> None:
         """Why this claim could examine nothing (said if it ends with nothing examined)."""
         self.why_nothing = reason
+
+    def note(self, message: str) -> None:
+        """Something the report says about how the claim was checked (e.g. on which data, what was left
+        out and why); it is the message of a claim that passes."""
+        if message and message not in self.notes:
+            self.notes.append(message)
 
 
 #: at most this many problems of one claim are spelled out; the rest are counted
@@ -307,6 +314,7 @@ class ClaimRecorder:
                 fix = "make the clean data cook (see the reason), then run the suite again"
             else:
                 verdict = "pass"
+                message = "; ".join(check.notes)
         self._results[claim.name] = ClaimResult(
             claim.id, claim.title, claim.harm.label, verdict, message, fix, count, round(seconds, 3)
         )

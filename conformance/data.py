@@ -44,7 +44,15 @@ from primus_energon.synthetic.schema import (
 )
 from primus_energon.tensorfile import read_tensor
 
-__all__ = ["Workspace", "SMALL_SHAPES", "infer_schema", "read_crude"]
+__all__ = [
+    "Workspace",
+    "SMALL_SHAPES",
+    "KeyReader",
+    "first_leaf",
+    "infer_schema",
+    "is_metadataset",
+    "read_crude",
+]
 
 #: Tensor shapes of the built-in preencoded format used for checks: tiny, so checks are fast.
 SMALL_SHAPES = SIZES["tiny"]
@@ -77,6 +85,27 @@ class _Untouched:
 
     def __init__(self, samples: list) -> None:
         self.samples = samples
+
+
+@stateless
+def _basic_keys(sample: dict) -> dict:
+    return {k: v for k, v in sample.items() if k.startswith("__") and k != "__sources__"}
+
+
+class KeyReader(DefaultTaskEncoder):
+    """The suite's pass-through reference TaskEncoder: every sample is cooked to its basic keys (no member
+    is decoded or read) and every batch is the list of its keys. Built by Energon's loader with a target's
+    settings, it shows the order Energon itself delivers a dataset in, whatever any TaskEncoder does."""
+
+    cookers = [Cooker(_basic_keys)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoder = None
+
+    @stateless
+    def batch(self, samples: list) -> list[str]:
+        return [str(s.get("__key__")) for s in samples]
 
 
 #: how read_crude describes a sample Energon refused while reading (at most this many are kept)
@@ -134,17 +163,52 @@ def read_crude(
 
 
 def _dataset_subflavors(path: DatasetPath) -> dict[str, Any]:
+    """The subflavors Energon gives the samples of ``path``: its ``dataset.yaml``'s; for a metadataset, those
+    of the first dataset its train split blends, overridden by the metadataset's (as Energon merges them)."""
+    if is_metadataset(path):
+        leaf = first_leaf(path)
+        return {**_dataset_subflavors(leaf.path), **leaf.subflavors}
     meta = dataset_path(path) / ".nv-meta" / "dataset.yaml"
     config = yaml.safe_load(meta.read_text(encoding="utf-8")) if meta.exists() else {}
     return dict((config or {}).get("subflavors") or {})
 
 
+def is_metadataset(dataset: str | os.PathLike | None) -> bool:
+    """Whether ``dataset`` names an Energon metadataset (a ``.yaml``/``.yml`` file), not a dataset directory."""
+    return dataset is not None and str(dataset).endswith((".yaml", ".yml"))
+
+
+def first_leaf(dataset: str | os.PathLike, split: str = "train") -> Any:
+    """The first dataset (a :class:`~primus_energon.datasets.metadataset.Leaf`) a metadataset's ``split``
+    blends, nested metadatasets resolved as ``primus-energon validate`` resolves them; the format of a user's
+    metadataset is inferred from it. A metadataset that does not resolve raises ``ValueError`` with the
+    resolver's problems."""
+    from primus_energon.datasets.metadataset import resolve_metadataset
+
+    _, leaves, problems = resolve_metadataset(dataset)
+    unreadable = [p for p in problems if p.code in ("bad-metadataset", "missing-path")]
+    if unreadable:
+        raise ValueError(
+            f"metadataset {str(dataset)!r} does not resolve: "
+            + "; ".join(p.message for p in unreadable[:3])
+            + (f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else "")
+            + f"; `primus-energon validate {dataset}` lists every problem"
+        )
+    for leaf in leaves:
+        if leaf.split == split:
+            return leaf
+    raise ValueError(f"metadataset {str(dataset)!r} blends no dataset into its {split!r} split")
+
+
 def infer_schema(dataset: str | os.PathLike) -> Schema:
     """A schema that describes the first sample of a user's dataset (member kinds, tensor shapes/dtypes),
-    so that variants of the user's own format can be generated."""
+    so that variants of the user's own format can be generated. For a metadataset: of the first dataset
+    its train split blends (:func:`first_leaf`)."""
     from primus_energon.datasets.metadata import list_shard_files
     from primus_energon.datasets.tarscan import TarReader, open_shard
 
+    if is_metadataset(dataset):
+        dataset = first_leaf(dataset).path
     path = dataset_dir(dataset)  # local or remote; the first shard is read with the validator's tar reader
     shards, _ = list_shard_files(path)
     if not shards:
@@ -354,6 +418,16 @@ class Workspace:
                 )
             self._cache[name] = out
         return self._cache[name]
+
+    def generated_note(self, layout: str, why: str) -> str:
+        """On a user's dataset (``--conformance-dataset``), what a claim checked on generated data says: the
+        data is generated in the user's format (``layout``: its samples and shards) because ``why``; else ""."""
+        if not self.dataset:
+            return ""
+        return (
+            f"checked on generated data in the format of {self.dataset} ({layout}), not on the dataset itself: "
+            f"{why}"
+        )
 
     def main(self, encoding: str | None) -> DatasetPath:
         """The clean dataset checks run on: the user's ``--dataset`` (local or remote), else a generated one."""

@@ -230,7 +230,7 @@ def test_json_report_schema(all_faults, tmp_path):
     for p in doc["problems"]:
         assert set(p) >= {"code", "severity", "shard", "key", "member", "message", "hint"}
     assert set(doc["members"]) == set(manifest.schema.members)
-    assert {"requested", "declared", "detected", "used"} == set(doc["encoding"])
+    assert {"requested", "declared", "detected", "used", "note"} == set(doc["encoding"])
 
 
 # -- custom schemas: the bucket rule beyond the built-in layout -----------------------------------------------
@@ -376,8 +376,16 @@ def test_dataset_yaml_encoding_against_the_data_and_the_option(clean_copy):
     report = validate_dataset(root, encoding="preencoded")
     assert _codes(report) == [("encoding-mismatch", None)]
     assert "--encoding is 'preencoded'" in report.problems[0].message
+    # No subflavors is valid Energon (as `energon prepare` writes it): the format is inferred, with a note.
     dy.write_text("__module__: megatron.energon\n__class__: CrudeWebdataset\n")
-    assert _codes(validate_dataset(root)) == [("encoding-mismatch", None)]
+    report = validate_dataset(root)
+    assert report.ok and _codes(report) == []
+    assert report.encoding["declared"] is None and report.encoding["used"] == "preencoded"
+    assert "declares no subflavors.encoding" in report.encoding["note"]
+    assert "preencoded encoding (inferred from the members)" in report.encoding["note"]
+    # A declared encoding the members contradict is still a mismatch; an encoding given is no note.
+    assert validate_dataset(root, encoding="preencoded").encoding["note"] is None
+    assert _codes(validate_dataset(root, encoding="raw")) == [("encoding-mismatch", None)]
 
 
 def test_missing_metadata_still_checks_every_shard(tmp_path_factory, tmp_path):

@@ -50,6 +50,60 @@ def unprepared(src: Path, dst: Path) -> Path:
     return dst
 
 
+# -- a dataset prepared by Energon's own CLI ----------------------------------------------------------------------
+def energon_prepare(root: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """Energon's own ``energon prepare ROOT --non-interactive ...`` in a real subprocess, as a user (or the
+    DFM / Megatron-Bridge prepare scripts) runs it: a CrudeWebdataset whose dataset.yaml has no subflavors."""
+    code = "import sys; from megatron.energon.cli.main import main; sys.argv[0] = 'energon'; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, "prepare", str(root), "--non-interactive", *options],
+        capture_output=True,
+        text=True,
+        cwd=root.parent,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "split"),
+    [("preencoded", ("--split-ratio", "1,0,0")), ("raw", ("--split-ratio", "0.5,0.5,0"))],
+)
+def test_validate_accepts_a_dataset_energon_prepare_wrote_without_subflavors(
+    tmp_path_factory, tmp_path, kind, split
+):
+    src, _ = dataset(tmp_path_factory, f"clean-{kind}", **(PRE if kind == "preencoded" else RAW))
+    root = unprepared(src, tmp_path / "ds")
+    prepared = energon_prepare(
+        root, *split, "--sample-type", "CrudeWebdataset", "--no-progress", "--num-workers", "1"
+    )
+    assert prepared.returncode == 0, prepared.stdout[-2000:] + prepared.stderr[-2000:]
+    written = yaml.safe_load((root / ".nv-meta" / "dataset.yaml").read_text())
+    assert written == {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}  # no subflavors
+    run = cli("validate", str(root), "--workers", "1", "--no-progress")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "encoding-mismatch" not in run.stdout and "ERROR" not in run.stdout
+    assert f"encoding {kind} (from detected)" in run.stdout
+    assert (
+        "note: .nv-meta/dataset.yaml declares no subflavors.encoding, which Energon does not need"
+        in run.stdout
+    )
+    assert f"the {kind} encoding (inferred from the members)" in run.stdout
+    doc = json.loads(cli("validate", str(root), "--json", "-", "--workers", "1", "--no-progress").stdout)
+    assert doc["ok"] is True and doc["problems"] == [] and doc["summary"]["warnings"] == 0
+    assert doc["encoding"]["declared"] is None and doc["encoding"]["used"] == kind
+    # --strict fails on warnings; the note is none
+    assert cli("validate", str(root), "--strict", "--workers", "1", "--no-progress").returncode == 0
+    # a declared encoding the members contradict is still an error
+    other = "raw" if kind == "preencoded" else "preencoded"
+    (root / ".nv-meta" / "dataset.yaml").write_text(
+        f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  encoding: {other}\n"
+    )
+    run = cli("validate", str(root), "--workers", "1", "--no-progress")
+    assert run.returncode == 1 and "encoding-mismatch" in run.stdout, run.stdout[-3000:]
+    assert "note:" not in run.stdout
+
+
 # -- finalize --------------------------------------------------------------------------------------------------
 @pytest.fixture
 def pre_clean(tmp_path_factory):

@@ -447,6 +447,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     mixing = len(encodings) > 1 and _mixes_formats(ctx)
     blends = []
     with claims.claim("ratios") as claim:
+        claim.note(
+            ctx.workspace.generated_note(
+                f"blends of 2 to 5 datasets of {SAMPLES_PER_DATASET} samples in shards of 8",
+                "the ratios are counted by the source of each sample, so every blended dataset is generated "
+                "with keys of its own",
+            )
+        )
         for index in range(ctx.profile.blends):
             weights = _draw_blend(rng)
             if mixing:  # the datasets of one blend take the target's formats in turn

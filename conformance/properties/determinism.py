@@ -7,12 +7,23 @@ concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
 spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
 depends on ``num_workers``, so batches are compared per worker count, never across.
+
+"Another seed gives another order" is asked of a target only where Energon itself gives one: on a user's
+dataset (``--conformance-dataset``) the second child also reads, under the same loader settings, the
+suite's pass-through reference (:class:`~primus_energon.conformance.data.KeyReader`), for both seeds.
+Energon's training order shuffles the shard slices each worker reads; a worker with a single slice (one
+train shard, or as many workers as train shards) reads it in one order for any seed. For a worker count
+where the reference delivers the user's dataset in one order for both seeds, the claim is checked on a
+generated dataset of the same format instead (:data:`FALLBACK_SAMPLES` samples in shards of
+:data:`FALLBACK_SHARD_SIZE`), and the report says so; where Energon's order does not depend on the seed
+there either, the claim does not apply (skipped, with the reason).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import os
 import re
@@ -24,6 +35,7 @@ from primus_energon.storage import dataset_path
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
+from ..data import is_metadataset
 from ..fingerprint import first_difference
 from ..results import PropertySkipped
 from ..subprocesses import Background, child_env, child_target_args, finish, runner_command
@@ -50,6 +62,10 @@ CLAIMS = claims_of(
 
 BATCHES = 6
 BATCH_SIZE = 4
+#: the generated dataset (in the user's format) the seed claim falls back to: shards small enough that
+#: every worker of the profile reads several slices, so Energon's own order depends on the seed
+FALLBACK_SAMPLES = 24
+FALLBACK_SHARD_SIZE = 2
 
 
 def prestart(ctx: CheckContext) -> Background:
@@ -61,10 +77,13 @@ def prestart(ctx: CheckContext) -> Background:
     common += ["--batch-size", str(BATCH_SIZE)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
+    fallback = _fallback(ctx)
     background = Background("conformance-determinism-")
     try:
         for label, (seeds, hashseed) in _runs(ctx.seed).items():
             seed_args = [arg for seed in seeds for arg in ("--seed", str(seed))]
+            if fallback is not None and len(seeds) > 1:  # the child that reads both seeds
+                seed_args += ["--reference", "--fallback", str(fallback)]
             out = background.dir / f"{label}.json"
             command = runner_command("determinism", [*base, *common, *seed_args, "--out", str(out)])
             background.start(label, command, env=child_env(hashseed), show_env=["PYTHONHASHSEED"])
@@ -72,7 +91,19 @@ def prestart(ctx: CheckContext) -> Background:
         background.close()
         raise
     background.info["datasets"] = datasets
+    background.info["fallback"] = fallback
     return background
+
+
+def _fallback(ctx: CheckContext) -> Path | None:
+    """On a user's dataset: the generated dataset of its format that the seed claim falls back to where
+    Energon gives the user's dataset one order for any seed (see the module docstring); else None."""
+    if not ctx.workspace.dataset:
+        return None
+    encoding = ctx.encodings()[0]
+    return ctx.workspace.generated(
+        encoding, "determinism", num_samples=FALLBACK_SAMPLES, shard_size=FALLBACK_SHARD_SIZE
+    )
 
 
 def _runs(seed: int) -> dict[str, tuple[list[int], int]]:
@@ -138,6 +169,71 @@ def _compare_other_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, other
     return None
 
 
+def _seed_plan(ctx: CheckContext, b: dict, fallback: str | None) -> tuple[list[tuple[str, int]], list[str]]:
+    """Which (dataset, num_workers) the seed claim compares, and notes on what it left out and why.
+
+    Without a reference (generated data, whose shards the suite chose), every dataset and worker count.
+    With one: those where Energon itself delivers the reference in another order for the other seed; for
+    a worker count where no user dataset does, the fallback dataset if Energon's order depends on the seed
+    there."""
+    seed, other = str(ctx.seed), str(ctx.seed + 1)
+    datasets = [str(d) for d in b["results"][seed] if d != fallback]
+    reference = b.get("reference")
+    workers = [str(nw) for nw in ctx.profile.determinism_workers]
+    if not reference:
+        return [(d, int(nw)) for d in datasets for nw in workers], []
+
+    def varies(dataset: str, nw: str) -> bool | None:
+        try:
+            return reference[seed][dataset][nw] != reference[other][dataset][nw]
+        except KeyError:
+            return None
+
+    pairs: list[tuple[str, int]] = []
+    notes: list[str] = []
+    for nw in workers:
+        fixed = [d for d in datasets if varies(d, nw) is False]
+        pairs += [(d, int(nw)) for d in datasets if varies(d, nw) is not False]
+        if not fixed:
+            continue
+        names = ", ".join(dataset_path(d).name for d in fixed)
+        shape = "; ".join(_split_shape(d) for d in fixed)
+        why = (
+            f"num_workers={nw}: Energon itself delivers {names} in one order for seeds {ctx.seed} and "
+            f"{ctx.seed + 1} (the suite's pass-through reference read it under the same loader settings; "
+            f"{shape}; Energon's training order shuffles the shard slices each worker reads, and a worker "
+            "with a single slice reads it in one order for any seed)"
+        )
+        if len(fixed) < len(datasets):
+            notes.append(why)
+        elif fallback is not None and varies(fallback, nw):
+            pairs.append((fallback, int(nw)))
+            notes.append(
+                f"{why}; checked on a generated dataset of the same format instead "
+                f"({FALLBACK_SAMPLES} samples in shards of {FALLBACK_SHARD_SIZE})"
+            )
+        else:
+            notes.append(
+                f"{why}; on a generated dataset of the same format Energon's order did not depend on the seed either"
+            )
+    return pairs, notes
+
+
+def _split_shape(dataset: str) -> str:
+    """``its train split: N samples in M shards`` for a dataset directory (what decides Energon's slices)."""
+    from primus_energon.datasets.metadata import read_metadata
+
+    if is_metadataset(dataset):
+        return "a metadataset"
+    try:
+        meta = read_metadata(dataset)
+        shards = (meta.split_parts or {}).get("train") or []
+        samples = sum((meta.shard_counts or {}).get(shard, 0) for shard in shards)
+    except Exception:  # the description is only a help; the reference's verdict stands without it
+        return "its train split"
+    return f"its train split has {samples} samples in {len(shards)} shard{'s' if len(shards) != 1 else ''}"
+
+
 def _compare_runs(claim: Any, first: dict, second: dict, ctx: CheckContext, compare: Any) -> None:
     """``compare`` every (dataset, worker count) of two runs; each problem goes to ``claim``."""
     for dataset in first:
@@ -179,10 +275,28 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             "seed", "blocked by determinism/fresh_processes: the child processes did not finish"
         )
         return {}
-    with claims.claim("seed") as claim:
-        a, other = runs["a"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed + 1)]
-        _compare_runs(claim, a, other, ctx, _compare_other_seed)
+    fallback = background.info.get("fallback")
+    pairs, notes = _seed_plan(ctx, runs["b"], None if fallback is None else str(fallback))
+    if not pairs:
+        claims.not_applicable(
+            "seed",
+            "Energon's own order does not depend on the seed here, so no target's can: " + "; ".join(notes),
+        )
+    else:
+        with claims.claim("seed") as claim:
+            b_seed, b_other = runs["b"]["results"][str(ctx.seed)], runs["b"]["results"][str(ctx.seed + 1)]
+            a = runs["a"]["results"][str(ctx.seed)]
+            for dataset, nw in pairs:
+                first = (a if dataset in a else b_seed)[dataset][str(nw)]
+                claim.examined(len(first["batches"]))
+                problem = _compare_other_seed(ctx, dataset, nw, first, b_other[dataset][str(nw)])
+                if problem:
+                    claim.problem(problem)
+            for note in notes:
+                claim.note(note)
     return {
+        "seed_compared": [f"{dataset_path(d).name} num_workers={nw}" for d, nw in pairs],
+        "seed_notes": notes,
         "datasets": len(datasets),
         "workers": list(ctx.profile.determinism_workers),
         "batches": BATCHES,
@@ -199,56 +313,119 @@ def add_child_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", default="0,1,2", help="comma-separated num_workers values")
     parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also read each dataset with the suite's pass-through reference (the order Energon delivers)",
+    )
+    parser.add_argument(
+        "--fallback",
+        help="with --reference and two seeds: a dataset also read for each worker count where the "
+        "reference gives every --dataset one order for both seeds",
+    )
     parser.add_argument("--out", required=True)
 
 
 def run_child(target: Target, options: argparse.Namespace) -> None:
     """Write ``{"pid", "hashseed", "results": {seed: {dataset: {num_workers: {"batches": [{"digest", "keys",
-    "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}`` to ``--out``."""
+    "fingerprint"}], "cook_order": [[key, ...] per process]}}}}}`` to ``--out``; with ``--reference`` also
+    ``"reference": {seed: {dataset: {num_workers: [[key, ...] per batch]}}}`` (see ``--fallback``)."""
+    workers = [int(w) for w in options.workers.split(",") if w != ""]
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    reference: dict[str, dict[str, dict[str, Any]]] = {}
+    seeds = list(options.seed)
+    sinks = itertools.count()
+
+    def read(tmp: Path, datasets: list[str], nws: list[int]) -> None:
+        for seed in seeds:
+            for dataset in datasets:
+                for num_workers in nws:
+                    sink = tmp / f"cooked-{next(sinks)}.jsonl"
+                    run = _target_run(target, options, dataset, seed, num_workers, sink)
+                    results.setdefault(str(seed), {}).setdefault(str(dataset), {})[str(num_workers)] = run
+                    if options.reference:
+                        keys = _reference_run(target, options, dataset, seed, num_workers)
+                        reference.setdefault(str(seed), {}).setdefault(str(dataset), {})[str(num_workers)] = (
+                            keys
+                        )
+
+    with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name:
+        tmp = Path(name)
+        read(tmp, list(options.dataset), workers)
+        if options.reference and options.fallback and len(seeds) > 1:
+            first, second = str(seeds[0]), str(seeds[1])
+            fixed = [
+                nw
+                for nw in workers
+                if all(
+                    reference[first][str(d)][str(nw)] == reference[second][str(d)][str(nw)]
+                    for d in options.dataset
+                )
+            ]
+            if fixed:
+                read(tmp, [options.fallback], fixed)
+    record: dict[str, Any] = {"pid": os.getpid(), "hashseed": os.environ.get("PYTHONHASHSEED")}
+    record["results"] = results
+    if options.reference:
+        record["reference"] = reference
+    Path(options.out).write_text(json.dumps(record), encoding="utf-8")
+
+
+def _target_run(
+    target: Target, options: argparse.Namespace, dataset: str, seed: int, num_workers: int, sink: Path
+) -> dict[str, Any]:
+    """The first ``--batches`` batches of the target's train-mode loader: digests, keys, fingerprints,
+    and the order its cookers saw."""
     from ..execution import build_loader, closing
     from ..fingerprint import digest, fingerprint
     from ..recording import cook_order, instrument, read_records
 
-    workers = [int(w) for w in options.workers.split(",") if w != ""]
-    results: dict[str, dict[str, dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as tmp:
-        for seed in options.seed:
-            per_seed: dict[str, dict[str, Any]] = {}
-            for d_index, dataset in enumerate(options.dataset):
-                per_dataset: dict[str, Any] = {}
-                for num_workers in workers:
-                    sink = Path(tmp) / f"cooked-{seed}-{d_index}-{num_workers}.jsonl"
-                    task_encoder = instrument(target.make_task_encoder(), sink, cooked_only=True)
-                    loader = build_loader(
-                        target,
-                        dataset,
-                        batch_size=options.batch_size,
-                        num_workers=num_workers,
-                        seed=seed,
-                        mode="train",
-                        task_encoder=task_encoder,
-                    )
-                    batches = []
-                    with closing(loader):
-                        for batch in loader:
-                            batches.append(
-                                {
-                                    "digest": digest(batch),
-                                    "keys": batch_keys(batch),
-                                    "fingerprint": repr(fingerprint(batch)),
-                                }
-                            )
-                            if len(batches) >= options.batches:
-                                break
-                    per_process = (len(batches) // max(num_workers, 1)) * options.batch_size
-                    per_dataset[str(num_workers)] = {
-                        "batches": batches,
-                        "cook_order": cook_order(read_records(sink), per_process),
-                    }
-                per_seed[str(dataset)] = per_dataset
-            results[str(seed)] = per_seed
-    record = {"pid": os.getpid(), "hashseed": os.environ.get("PYTHONHASHSEED")}
-    Path(options.out).write_text(json.dumps({**record, "results": results}), encoding="utf-8")
+    task_encoder = instrument(target.make_task_encoder(), sink, cooked_only=True)
+    loader = build_loader(
+        target,
+        dataset,
+        batch_size=options.batch_size,
+        num_workers=num_workers,
+        seed=seed,
+        mode="train",
+        task_encoder=task_encoder,
+    )
+    batches = []
+    with closing(loader):
+        for batch in loader:
+            batches.append(
+                {"digest": digest(batch), "keys": batch_keys(batch), "fingerprint": repr(fingerprint(batch))}
+            )
+            if len(batches) >= options.batches:
+                break
+    per_process = (len(batches) // max(num_workers, 1)) * options.batch_size
+    return {"batches": batches, "cook_order": cook_order(read_records(sink), per_process)}
+
+
+def _reference_run(
+    target: Target, options: argparse.Namespace, dataset: str, seed: int, num_workers: int
+) -> list[list[str]]:
+    """The keys of the first ``--batches`` batches Energon delivers for the suite's pass-through reference
+    (:class:`~primus_energon.conformance.data.KeyReader`) under the target's loader settings."""
+    from ..data import KeyReader
+    from ..execution import build_loader, closing
+
+    loader = build_loader(
+        target,
+        dataset,
+        batch_size=options.batch_size,
+        num_workers=num_workers,
+        seed=seed,
+        mode="train",
+        task_encoder=KeyReader(),
+    )
+    batches: list[list[str]] = []
+    with closing(loader):
+        for batch in loader:
+            batches.append(list(batch))
+            if len(batches) >= options.batches:
+                break
+    return batches
 
 
 def parse_fingerprint(text: str | None) -> Any:

@@ -318,6 +318,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 resaved = None
                 for route in routes:  # "resaved" always follows "wrapper", which saved it
                     with claims.claim(claim_of[route]) as claim:
+                        claim.note(
+                            ctx.workspace.generated_note(
+                                f"{NUM_SAMPLES} samples in shards of {SHARD_SIZE}",
+                                f"the resume points (k = 0, mid-epoch, the epoch boundary at {epoch} batches of "
+                                f"{BATCH_SIZE}) need an epoch of known length",
+                            )
+                        )
                         state = ref.states[step] if route != "resaved" else resaved
                         if route == "resaved" and state is None:
                             claim.nothing_because(

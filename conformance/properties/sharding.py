@@ -166,6 +166,14 @@ def _some(keys: list[str], limit: int = 12) -> str:
     return f"[{shown}{', ...' if len(keys) > limit else ''}]"
 
 
+def _data_note(ctx: CheckContext) -> str:
+    return ctx.workspace.generated_note(
+        f"{NUM_SAMPLES} samples in shards of 8",
+        f"whether every sample arrives exactly once is judged where the suite knows every key and where no "
+        f"world size divides the data evenly ({NUM_SAMPLES} samples, batch size {BATCH_SIZE})",
+    )
+
+
 def _datasets(ctx: CheckContext) -> list[Path]:
     return [
         ctx.workspace.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
@@ -253,6 +261,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         tmp = Path(name)
         # the in-process ranks run while the torch.distributed ranks (started ahead) do
         with claims.claim("in_process") as claim:
+            claim.note(_data_note(ctx))
             for path in paths:
                 limit = 4 * (len(expected[path]) // BATCH_SIZE + 1)
                 for world_size in ctx.profile.world_sizes:
@@ -282,6 +291,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             claims.not_applicable("distributed", child)
         else:
             with claims.claim("distributed") as claim:
+                claim.note(_data_note(ctx))
                 details["distributed_seconds"] = _check_distributed(
                     ctx, claim, child, dist_out, paths, expected
                 )

@@ -188,13 +188,8 @@ def _read_dataset_yaml(meta: DatasetMeta, nv: DatasetPath) -> None:
         meta.problems.append(
             _problem("bad-metadata", f"{META_DIR}/dataset.yaml: 'subflavors' must be a mapping")
         )
-    elif not isinstance(sub, dict) or "encoding" not in sub:
-        meta.problems.append(
-            _problem(
-                "encoding-mismatch",
-                f"{META_DIR}/dataset.yaml has no subflavors.encoding, so no reference cooker matches the dataset",
-            )
-        )
+    # No subflavors (or no encoding among them) is valid Energon, as `energon prepare` writes it: validate
+    # infers the format from the members and says so (a note, never a problem).
 
 
 def read_metadata(root: str | os.PathLike[str] | DatasetPath) -> DatasetMeta:

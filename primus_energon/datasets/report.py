@@ -4,7 +4,7 @@ JSON (``format: primus-energon-validate``, ``version: 1``)::
 
     {"format", "version", "kind": "dataset" | "metadataset", "path", "ok", "strict",
      "summary": {"shards", "samples", "bytes", "errors", "warnings", "by_code": {code: n}},
-     "encoding": {"requested", "declared", "detected", "used"}, "subflavors",
+     "encoding": {"requested", "declared", "detected", "used", "note"}, "subflavors",
      "splits": {part: {"shards", "samples"}}, "shards": [{"name", "size", "samples", "listed", "splits"}],
      "members": {name: {"kind", "samples", "dtypes", "shapes": [{"shape", "samples"}], "bucketed", "min", "max"}},
      "problems": [{"code", "severity", "shard", "key", "member", "message", "hint", "dataset"?, "detail"?}],
@@ -295,6 +295,8 @@ def _dataset_header(r: DatasetReport) -> list[str]:
         + (f"; subflavors {r.subflavors}" if r.subflavors else ""),
         f"  {len(r.shards)} shards, {r.num_samples} samples, {human_bytes(r.total_bytes)} on disk",
     ]
+    if enc.get("note"):
+        lines.insert(2, f"  note: {enc['note']}")
     if r.splits:
         parts = ", ".join(f"{k} {v['samples']} samples in {v['shards']} shards" for k, v in r.splits.items())
         lines.append(f"  splits: {parts}")

@@ -389,6 +389,25 @@ def _encoding_problems(
     return used, problems
 
 
+def _encoding_note(meta: DatasetMeta, requested: str | None, detected: str | None) -> str | None:
+    """What validate says when dataset.yaml declares no ``subflavors.encoding`` (valid Energon, as ``energon
+    prepare`` writes it) and none was given: the format was inferred from the members. None otherwise."""
+    if requested or meta.declared_encoding or not meta.has_meta_dir:
+        return None
+    inferred = (
+        f"the members are those of the {detected} encoding (inferred from the members)"
+        if detected
+        else "the members match no built-in encoding (a custom format; checked against the members most "
+        "samples hold)"
+    )
+    use = f"subflavors: {{encoding: {detected}}}" if detected else "subflavors: {encoding: NAME}"
+    return (
+        f"{META_DIR}/dataset.yaml declares no subflavors.encoding, which Energon does not need; {inferred}. "
+        f"Cookers that dispatch on the encoding (the reference ones) match the dataset once it has `{use}` "
+        "in dataset.yaml or in its metadataset entry"
+    )
+
+
 def _pickle_note(scans: list[ShardScan]) -> list[Problem]:
     """One warning for a dataset with pickled members (each was read safely; see ``pickle-members``)."""
     parts = sorted(
@@ -552,6 +571,7 @@ def validate_dataset(
             "declared": meta.declared_encoding,
             "detected": analysis.detected_encoding,
             "used": used,
+            "note": _encoding_note(meta, requested, analysis.detected_encoding),
         },
         subflavors=meta.subflavors,
         shards=shards,
