@@ -119,9 +119,15 @@ RAW_TEXT_MEMBER = "txt"
 #: The formats a dataset.yaml ``subflavors: {encoding: ...}`` names and the reference cookers read.
 BUILTIN_ENCODINGS: tuple[str, ...] = ("preencoded", "raw")
 
-#: The kinds of member that carry the training data of a built-in format (its tensors and images); a
-#: text beside them (a caption next to precomputed embeddings) is provenance, optional.
-REQUIRED_KINDS: frozenset[str] = frozenset({"tensor", "image", "npy"})
+#: The kinds of member that carry the training data of a built-in format: its tensors and images,
+#: and in the raw format the caption too (the only conditioning there: the text encoder reads it). A
+#: caption next to precomputed embeddings (preencoded) is provenance, optional.
+REQUIRED_KINDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "preencoded": frozenset({"tensor", "image", "npy"}),
+        "raw": frozenset({"tensor", "image", "npy", "text"}),
+    }
+)
 
 
 def is_required_member(
@@ -135,9 +141,10 @@ def is_required_member(
     """The one definition of required data, used by every check and tool: a member whose loss (in a
     cooked sample, a pack or a batch) is lost training data rather than a dropped sidecar. Required are
     the members a schema lists under ``required:``, a member whose output field the schema names
-    (``field:``), and the tensor and image members of the built-in formats (``kind`` as
-    :func:`member_kind` or the schema says, with raw tensor bytes as ``tensor``). Everything else,
-    captions next to embeddings included, is optional unless a schema says otherwise."""
+    (``field:``), the tensor and image members of the built-in formats and the raw format's caption
+    (``kind`` as :func:`member_kind` or the schema says, with raw tensor bytes as ``tensor``; see
+    :data:`REQUIRED_KINDS`). Everything else, a caption next to precomputed embeddings included, is
+    optional unless a schema says otherwise."""
     if names_field or member in listed_required:
         return True
-    return encoding in BUILTIN_ENCODINGS and kind in REQUIRED_KINDS
+    return kind in REQUIRED_KINDS.get(encoding or "", frozenset())
