@@ -21,29 +21,49 @@ from pathlib import Path
 from ..jobs import REPO_ROOT
 from .operators import MUTANTS, MutationError, mutated_source, operators, select
 from .report import EQUIVALENT_FILE, NOTES_FILE, read_marked, write
-from .session import judge, run_baseline, run_mutant
+from .session import RunResult, judge, run_baseline, run_mutant
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.mutation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.mutation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--operator", action="append", default=[], help="run the mutants of this operator (repeatable)")
+    parser.add_argument(
+        "--operator", action="append", default=[], help="run the mutants of this operator (repeatable)"
+    )
     parser.add_argument("--mutant", action="append", default=[], help="run this mutant (repeatable)")
-    parser.add_argument("--profile", default="quick", choices=["quick", "ci", "thorough"], help="conformance profile")
+    parser.add_argument(
+        "--profile", default="quick", choices=["quick", "ci", "thorough"], help="conformance profile"
+    )
     parser.add_argument(
         "--property",
         action="append",
         default=[],
         help="pass --conformance-property to the suite (a cheaper, partial matrix: for tests)",
     )
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "mutation", help="REPORT.md and mutation.json here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "reports" / "mutation",
+        help="REPORT.md and mutation.json here",
+    )
     parser.add_argument("--cache", type=Path, default=None, help="per-run results (default: OUT/runs)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one pytest run may take")
     parser.add_argument("--fresh", action="store_true", help="ignore cached results")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the goal is met")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: write the report from the cached results (mutants without one are 'not run')",
+    )
     parser.add_argument("--list", action="store_true", help="list operators and mutants, then exit")
     return parser
+
+
+def _not_run(run_id: str, target: str, args: argparse.Namespace) -> RunResult:
+    return RunResult(run_id, target, args.profile, "not run", 0.0, None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +90,24 @@ def main(argv: list[str] | None = None) -> int:
 
     advice_claims = {c.id for c in all_claims() if c.harm is Harm.ADVICE}
     cache = args.cache or args.out / "runs"
-    options = dict(profile=args.profile, timeout=args.timeout, properties=args.property, fresh=args.fresh, log=print)
+    options = dict(
+        profile=args.profile,
+        timeout=args.timeout,
+        properties=args.property,
+        fresh=args.fresh,
+        log=print,
+        cached_only=args.report_only,
+    )
     baselines = {}
     judged = []
     for target in dict.fromkeys(m.target for m in mutants):
         print(f"baseline {target} ...", flush=True)
-        baselines[target] = run_baseline(target, cache, **options)
+        baselines[target] = run_baseline(target, cache, **options) or _not_run(
+            f"baseline-{target}", target, args
+        )
         print(f"baseline {target}: {baselines[target].status} in {baselines[target].seconds} s", flush=True)
     for index, mutant in enumerate(mutants, 1):
-        result = run_mutant(mutant, cache, **options)
+        result = run_mutant(mutant, cache, **options) or _not_run(mutant.id, mutant.target, args)
         row = judge(mutant, result, baselines[mutant.target], advice_claims)
         judged.append(row)
         print(
@@ -103,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         f"killed as meant: {overall['killed_as_meant']}/{overall['scored']} "
         f"({overall['rate_as_meant']}); report: {args.out / 'REPORT.md'}"
     )
-    if args.check and (not overall["goal_met"] or any(r["verdict"] in ("broken", "unjudged") for r in judged)):
+    if args.check and (
+        any(r["verdict"] == "not run" for r in judged)
+        or not overall["goal_met"]
+        or any(r["verdict"] in ("broken", "unjudged") for r in judged)
+    ):
         return 1
     return 0
 

@@ -98,7 +98,9 @@ def mutated_source(mutant: Mutant, original: str | None = None) -> str:
     try:
         ast.parse(text, filename=mutant.file)
     except SyntaxError as error:
-        raise MutationError(f"mutant {mutant.id}: the mutated {mutant.file} does not parse: {error}") from None
+        raise MutationError(
+            f"mutant {mutant.id}: the mutated {mutant.file} does not parse: {error}"
+        ) from None
     return text
 
 
@@ -356,8 +358,8 @@ MUTANTS: tuple[Mutant, ...] = (
         COOKERS,
         (
             Edit(
-                "text = decode_text(_require(sample, RAW_TEXT_MEMBER, \"the caption\"), sample, RAW_TEXT_MEMBER)",
-                "text = decode_text(_require(sample, RAW_TEXT_MEMBER, \"the caption\"), sample, RAW_TEXT_MEMBER)"
+                'text = decode_text(_require(sample, RAW_TEXT_MEMBER, "the caption"), sample, RAW_TEXT_MEMBER)',
+                'text = decode_text(_require(sample, RAW_TEXT_MEMBER, "the caption"), sample, RAW_TEXT_MEMBER)'
                 '.encode("ascii", "ignore").decode("ascii")',
             ),
         ),
@@ -503,7 +505,10 @@ MUTANTS: tuple[Mutant, ...] = (
         COOKERS,
         (
             _COOKER_IMPORTS,
-            Edit("    if value is None:\n        raise", "    if value is None:\n        return torch.zeros(1)\n        raise"),
+            Edit(
+                "    if value is None:\n        raise",
+                "    if value is None:\n        return torch.zeros(1)\n        raise",
+            ),
         ),
         _PRE,
         ("bad_input/missing_member",),
@@ -527,7 +532,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "swallow_exception",
         "a caption that is not UTF-8 becomes ''",
         PAYLOADS,
-        (Edit("        except UnicodeDecodeError as error:\n", "        except UnicodeDecodeError as error:\n            return ''\n"),),
+        (
+            Edit(
+                "        except UnicodeDecodeError as error:\n",
+                "        except UnicodeDecodeError as error:\n            return ''\n",
+            ),
+        ),
         _PRE,
         ("bad_input/not_utf8",),
     ),
@@ -593,7 +603,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "filter_samples",
         "the preencoded cooker skips every clean sample whose key hashes to 0 mod 5 (SkipSample)",
         COOKERS,
-        (_COOKER_IMPORTS, _before_preencoded_return('if zlib.crc32(sample["__key__"].encode()) % 5 == 0:', "    raise SkipSample()")),
+        (
+            _COOKER_IMPORTS,
+            _before_preencoded_return(
+                'if zlib.crc32(sample["__key__"].encode()) % 5 == 0:', "    raise SkipSample()"
+            ),
+        ),
         _PRE,
         ("accepted/complete_epoch",),
     ),
@@ -730,7 +745,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch_drop",
         "batch() drops the last sample of every batch of two or more",
         TASK_ENCODERS,
-        (Edit('    return {\n        "latents": stack_field', '    samples = samples[:-1] if len(samples) > 1 else samples\n    return {\n        "latents": stack_field'),),
+        (
+            Edit(
+                '    return {\n        "latents": stack_field',
+                '    samples = samples[:-1] if len(samples) > 1 else samples\n    return {\n        "latents": stack_field',
+            ),
+        ),
         _ENC,
         ("batch/rows",),
     ),
@@ -739,7 +759,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch_repeat",
         "batch() appends a copy of the first sample",
         TASK_ENCODERS,
-        (Edit('    return {\n        "latents": stack_field', '    samples = [*samples, samples[0]]\n    return {\n        "latents": stack_field'),),
+        (
+            Edit(
+                '    return {\n        "latents": stack_field',
+                '    samples = [*samples, samples[0]]\n    return {\n        "latents": stack_field',
+            ),
+        ),
         _ENC,
         ("batch/rows",),
     ),
@@ -748,7 +773,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch_reorder",
         "batch() reverses the order of its samples (every field alike)",
         TASK_ENCODERS,
-        (Edit('    return {\n        "latents": stack_field', '    samples = samples[::-1]\n    return {\n        "latents": stack_field'),),
+        (
+            Edit(
+                '    return {\n        "latents": stack_field',
+                '    samples = samples[::-1]\n    return {\n        "latents": stack_field',
+            ),
+        ),
         _ENC,
         ("batch/rows",),
     ),
@@ -766,7 +796,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "first_sample_metadata",
         "batch() gives every row the first sample's caption",
         TASK_ENCODERS,
-        (Edit('"caption": [s.caption for s in samples],', '"caption": [samples[0].caption] * len(samples),'),),
+        (
+            Edit(
+                '"caption": [s.caption for s in samples],', '"caption": [samples[0].caption] * len(samples),'
+            ),
+        ),
         _ENC,
         ("batch/rows",),
     ),
@@ -775,7 +809,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "first_sample_metadata",
         "batch() gives every row the first sample's __key__",
         TASK_ENCODERS,
-        (Edit('"__key__": sample_keys(samples),\n        "__restore_key__": (),\n    }\n\n\ndef batch_raw', '"__key__": sample_keys(samples[:1]) * len(samples),\n        "__restore_key__": (),\n    }\n\n\ndef batch_raw'),),
+        (
+            Edit(
+                '"__key__": sample_keys(samples),\n        "__restore_key__": (),\n    }\n\n\ndef batch_raw',
+                '"__key__": sample_keys(samples[:1]) * len(samples),\n        "__restore_key__": (),\n    }\n\n\ndef batch_raw',
+            ),
+        ),
         _ENC,
         ("batch/rows",),
     ),
@@ -800,7 +839,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "mixed_formats",
         "MultiFormatTaskEncoder loses batch_group_criterion: a blend's mixed batches reach batch(), which refuses them",
         TASK_ENCODERS,
-        (Edit("    def batch_group_criterion(self, sample: Any)", "    def _batch_group_criterion(self, sample: Any)"),),
+        (
+            Edit(
+                "    def batch_group_criterion(self, sample: Any)",
+                "    def _batch_group_criterion(self, sample: Any)",
+            ),
+        ),
         _MULTI,
         ("batch/mixed_formats_batched",),
     ),
@@ -811,7 +855,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "sample's format",
         TASK_ENCODERS,
         (
-            Edit("    def batch_group_criterion(self, sample: Any)", "    def _batch_group_criterion(self, sample: Any)"),
+            Edit(
+                "    def batch_group_criterion(self, sample: Any)",
+                "    def _batch_group_criterion(self, sample: Any)",
+            ),
             Edit(
                 "    def batch(self, samples: list[Any]) -> dict[str, Any]:\n        if isinstance(samples[0], DiffusionSample):",
                 "    def batch(self, samples: list[Any]) -> dict[str, Any]:\n"
@@ -849,7 +896,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "rewrite_key",
         "the raw cooker appends a suffix to __key__",
         COOKERS,
-        (Edit(_RAW_KEYS, '        **basic_sample_keys(sample),\n        "__key__": sample["__key__"] + "_",\n        "images"'),),
+        (
+            Edit(
+                _RAW_KEYS,
+                '        **basic_sample_keys(sample),\n        "__key__": sample["__key__"] + "_",\n        "images"',
+            ),
+        ),
         _RAW,
         ("keys/key",),
     ),
@@ -868,7 +920,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "pack_drop",
         "select_samples_to_pack leaves the last group of every buffer out",
         PACKING,
-        (Edit("                room.append(self.capacity - length)\n        return bins\n", "                room.append(self.capacity - length)\n        return bins[:-1] if len(bins) > 1 else bins\n"),),
+        (
+            Edit(
+                "                room.append(self.capacity - length)\n        return bins\n",
+                "                room.append(self.capacity - length)\n        return bins[:-1] if len(bins) > 1 else bins\n",
+            ),
+        ),
         _PACK,
         ("packing/exactly_once",),
     ),
@@ -877,7 +934,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "pack_repeat",
         "select_samples_to_pack puts the first sample into the first group twice",
         PACKING,
-        (Edit("                room.append(self.capacity - length)\n        return bins\n", "                room.append(self.capacity - length)\n        return [bins[0] + bins[0][:1], *bins[1:]]\n"),),
+        (
+            Edit(
+                "                room.append(self.capacity - length)\n        return bins\n",
+                "                room.append(self.capacity - length)\n        return [bins[0] + bins[0][:1], *bins[1:]]\n",
+            ),
+        ),
         _PACK,
         ("packing/exactly_once",),
     ),
@@ -886,7 +948,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "first_sample_metadata",
         "pack_selected_samples gives every sample of a pack the first sample's caption",
         PACKING,
-        (Edit('            "caption": [s.caption for s in samples],\n        }\n\n    @stateless\n    def batch', '            "caption": [samples[0].caption] * len(samples),\n        }\n\n    @stateless\n    def batch'),),
+        (
+            Edit(
+                '            "caption": [s.caption for s in samples],\n        }\n\n    @stateless\n    def batch',
+                '            "caption": [samples[0].caption] * len(samples),\n        }\n\n    @stateless\n    def batch',
+            ),
+        ),
         _PACK,
         ("packing/payload",),
     ),
@@ -895,7 +962,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "first_sample_metadata",
         "pack_selected_samples stacks the first sample's latents for every sample of a pack",
         PACKING,
-        (Edit('            "latents": torch.stack([s.latents for s in samples]),\n        ', '            "latents": torch.stack([samples[0].latents for s in samples]),\n        '),),
+        (
+            Edit(
+                '            "latents": torch.stack([s.latents for s in samples]),\n        ',
+                '            "latents": torch.stack([samples[0].latents for s in samples]),\n        ',
+            ),
+        ),
         _PACK,
         ("packing/payload",),
     ),
@@ -904,7 +976,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "truncate_tensor",
         "pack_selected_samples drops the last token of the concatenated prompts",
         PACKING,
-        (Edit('            "prompt_embeds": torch.cat([s.prompt_embeds for s in samples]),\n', '            "prompt_embeds": torch.cat([s.prompt_embeds for s in samples])[:-1],\n'),),
+        (
+            Edit(
+                '            "prompt_embeds": torch.cat([s.prompt_embeds for s in samples]),\n',
+                '            "prompt_embeds": torch.cat([s.prompt_embeds for s in samples])[:-1],\n',
+            ),
+        ),
         _PACK,
         ("packing/payload",),
     ),
@@ -913,7 +990,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch_drop",
         "batch() of packs drops the last pack of every batch of two or more",
         PACKING,
-        (Edit('"packs": list(samples)}', '"packs": list(samples)[:-1] if len(samples) > 1 else list(samples)}'),),
+        (
+            Edit(
+                '"packs": list(samples)}',
+                '"packs": list(samples)[:-1] if len(samples) > 1 else list(samples)}',
+            ),
+        ),
         _PACK,
         ("packing/batch_rows",),
     ),
@@ -922,7 +1004,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "unseeded_augmentation",
         "select_samples_to_pack shuffles its groups with the OS's randomness",
         PACKING,
-        (Edit("                room.append(self.capacity - length)\n        return bins\n", "                room.append(self.capacity - length)\n        import random\n\n        random.SystemRandom().shuffle(bins)\n        return bins\n"),),
+        (
+            Edit(
+                "                room.append(self.capacity - length)\n        return bins\n",
+                "                room.append(self.capacity - length)\n        import random\n\n        random.SystemRandom().shuffle(bins)\n        return bins\n",
+            ),
+        ),
         _PACK,
         ("packing/determinism",),
     ),
@@ -931,7 +1018,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "count_calls",
         "select_samples_to_pack reverses the groups of every other buffer, counted on the instance",
         PACKING,
-        (Edit("                room.append(self.capacity - length)\n        return bins\n", "                room.append(self.capacity - length)\n        self._buffers = getattr(self, '_buffers', 0) + 1\n        return bins[::-1] if self._buffers % 2 else bins\n"),),
+        (
+            Edit(
+                "                room.append(self.capacity - length)\n        return bins\n",
+                "                room.append(self.capacity - length)\n        self._buffers = getattr(self, '_buffers', 0) + 1\n        return bins[::-1] if self._buffers % 2 else bins\n",
+            ),
+        ),
         _PACK,
         ("packing/resume",),
     ),
@@ -959,7 +1051,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrong_restore",
         "save_state() returns None (every restore goes back to the start)",
         DATALOADER,
-        (Edit("            return None\n        return save()\n", "            return None\n        return None\n"),),
+        (
+            Edit(
+                "            return None\n        return save()\n",
+                "            return None\n        return None\n",
+            ),
+        ),
         _WRAP,
         ("wrapper/resume",),
     ),
@@ -977,7 +1074,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrong_restore",
         "restore_state() keeps the running pass (the restore reaches only the next pass)",
         DATALOADER,
-        (Edit("        self._close_iterator()\n        if restore is None:\n", "        if restore is None:\n"),),
+        (
+            Edit(
+                "        self._close_iterator()\n        if restore is None:\n",
+                "        if restore is None:\n",
+            ),
+        ),
         _WRAP,
         ("wrapper/restore_after_batches",),
     ),
@@ -995,7 +1097,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrapper_iteration",
         "the wrapper never checks that a pass produced anything (an empty loader spins forever)",
         DATALOADER,
-        (Edit("        if not produced:\n            raise EmptyDataloaderError(_empty_message(iterable, passes))\n", ""),),
+        (
+            Edit(
+                "        if not produced:\n            raise EmptyDataloaderError(_empty_message(iterable, passes))\n",
+                "",
+            ),
+        ),
         _WRAP,
         ("wrapper/empty", "wrapper/exhausted"),
     ),
@@ -1016,7 +1123,9 @@ def operators() -> list[str]:
     return list(dict.fromkeys(m.operator for m in MUTANTS))
 
 
-def select(operators_wanted: list[str] | None = None, mutants_wanted: list[str] | None = None) -> list[Mutant]:
+def select(
+    operators_wanted: list[str] | None = None, mutants_wanted: list[str] | None = None
+) -> list[Mutant]:
     """The mutants of the given operators and/or ids (all when neither is given). Raises ``ValueError``
     naming an unknown operator or id."""
     known_ops, known_ids = set(operators()), {m.id for m in MUTANTS}
@@ -1028,6 +1137,4 @@ def select(operators_wanted: list[str] | None = None, mutants_wanted: list[str] 
         )
     if not operators_wanted and not mutants_wanted:
         return list(MUTANTS)
-    return [
-        m for m in MUTANTS if m.operator in (operators_wanted or []) or m.id in (mutants_wanted or [])
-    ]
+    return [m for m in MUTANTS if m.operator in (operators_wanted or []) or m.id in (mutants_wanted or [])]

@@ -57,7 +57,9 @@ def summarize(judged: Sequence[Mapping[str, Any]], equivalent: Mapping[str, str]
     """The rates overall and per operator (see the module docstring)."""
 
     def tally(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        scored = [r for r in rows if r["verdict"] != "unjudged" and r["id"] not in equivalent]
+        scored = [
+            r for r in rows if r["verdict"] not in ("unjudged", "not run") and r["id"] not in equivalent
+        ]
         counts = Counter(r["verdict"] for r in rows)
         as_meant = sum(1 for r in scored if r["as_meant"])
         killed = sum(1 for r in scored if r["verdict"] == "killed")
@@ -167,7 +169,16 @@ def _markdown(document: Mapping[str, Any]) -> str:
         "## Per operator",
         "",
         *markdown_rows(
-            ["operator", "mutants", "equivalent", "scored", "killed as meant", "killed", "detected", "rate as meant"],
+            [
+                "operator",
+                "mutants",
+                "equivalent",
+                "scored",
+                "killed as meant",
+                "killed",
+                "detected",
+                "rate as meant",
+            ],
             [
                 [
                     op,
@@ -185,7 +196,11 @@ def _markdown(document: Mapping[str, Any]) -> str:
         "",
     ]
     open_rows = [
-        m for m in mutants if not m["equivalent"] and (m["verdict"] not in ("killed", "advised") or not m["as_meant"])
+        m
+        for m in mutants
+        if not m["equivalent"]
+        and m["verdict"] != "not run"
+        and (m["verdict"] not in ("killed", "advised") or not m["as_meant"])
     ]
     lines += ["## Survivors, and kills by a claim not meant for them", ""]
     if not open_rows:
@@ -223,7 +238,14 @@ def _markdown(document: Mapping[str, Any]) -> str:
         "",
         *markdown_rows(
             ["mutant", "verdict", *[_short(c) for c in claims]],
-            [[f"`{m['id']}`", m["verdict"] + (" (eq.)" if m["equivalent"] else ""), *[_cell(m, c) for c in claims]] for m in mutants],
+            [
+                [
+                    f"`{m['id']}`",
+                    m["verdict"] + (" (eq.)" if m["equivalent"] else ""),
+                    *[_cell(m, c) for c in claims],
+                ]
+                for m in mutants
+            ],
         ),
         "",
         "## Baselines (each target unmutated, run the same way)",
@@ -231,7 +253,15 @@ def _markdown(document: Mapping[str, Any]) -> str:
         *markdown_rows(
             ["target", "status", "seconds", "claims not passing"],
             [
-                [t, b["status"], b["seconds"], ", ".join(f"{c} ({v})" for c, v in b["claims"].items() if v in ("fail", "error", "advice")) or "none"]
+                [
+                    t,
+                    b["status"],
+                    b["seconds"],
+                    ", ".join(
+                        f"{c} ({v})" for c, v in b["claims"].items() if v in ("fail", "error", "advice")
+                    )
+                    or "none",
+                ]
                 for t, b in document["baselines"].items()
             ],
         ),
@@ -240,7 +270,10 @@ def _markdown(document: Mapping[str, Any]) -> str:
         "",
         *markdown_rows(
             ["mutant", "operator", "target", "verdict", "seconds", "description"],
-            [[f"`{m['id']}`", m["operator"], m["target"], m["verdict"], m["seconds"], m["description"]] for m in mutants],
+            [
+                [f"`{m['id']}`", m["operator"], m["target"], m["verdict"], m["seconds"], m["description"]]
+                for m in mutants
+            ],
         ),
         "",
     ]

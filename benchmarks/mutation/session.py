@@ -61,7 +61,7 @@ class RunResult:
     id: str
     target: str
     profile: str
-    status: str  # completed | timeout | broken
+    status: str  # completed | timeout | broken | not run
     seconds: float
     returncode: int | None
     #: claim id -> verdict (from report.json)
@@ -164,7 +164,9 @@ def run_target(
             output, _ = process.communicate()
             status = "timeout"
         seconds = round(time.monotonic() - started, 1)
-        result = RunResult(run_id, target, profile, status, seconds, process.returncode, output_tail=output[-3000:])
+        result = RunResult(
+            run_id, target, profile, status, seconds, process.returncode, output_tail=output[-3000:]
+        )
         report_file = report / "report.json"
         if status == "completed" and report_file.is_file():
             document = json.loads(report_file.read_text(encoding="utf-8"))
@@ -219,11 +221,11 @@ def _run_cached(
     properties: Sequence[str],
     fresh: bool,
     log: Callable[[str], None],
-) -> RunResult:
+    cached_only: bool = False,
+) -> RunResult | None:
     key = _key(mutant, target, profile, properties)
     cached = None if fresh else _cached(path, key)
-    if cached is not None:
-        log(f"{run_id}: cached ({cached.status})")
+    if cached is not None or cached_only:
         return cached
     result = run_target(run_id, target, mutant, profile=profile, timeout=timeout, properties=properties)
     result.key = key
@@ -232,14 +234,19 @@ def _run_cached(
     return result
 
 
-def run_baseline(target: str, results_dir: Path, **options: Any) -> RunResult:
-    """The unmutated target, run the same way as its mutants (cached like them)."""
-    return _run_cached(results_dir / "baselines" / f"{target}.json", f"baseline-{target}", target, None, **options)
+def run_baseline(target: str, results_dir: Path, **options: Any) -> RunResult | None:
+    """The unmutated target, run the same way as its mutants (cached like them; with ``cached_only``, the
+    cached result or None)."""
+    return _run_cached(
+        results_dir / "baselines" / f"{target}.json", f"baseline-{target}", target, None, **options
+    )
 
 
-def run_mutant(mutant: Mutant, results_dir: Path, **options: Any) -> RunResult:
-    """One mutant (cached: see the module docstring)."""
-    return _run_cached(results_dir / "mutants" / f"{mutant.id}.json", mutant.id, mutant.target, mutant, **options)
+def run_mutant(mutant: Mutant, results_dir: Path, **options: Any) -> RunResult | None:
+    """One mutant (cached: see the module docstring; with ``cached_only``, the cached result or None)."""
+    return _run_cached(
+        results_dir / "mutants" / f"{mutant.id}.json", mutant.id, mutant.target, mutant, **options
+    )
 
 
 def judge(mutant: Mutant, result: RunResult, baseline: RunResult, advice_claims: set[str]) -> dict[str, Any]:
@@ -251,7 +258,9 @@ def judge(mutant: Mutant, result: RunResult, baseline: RunResult, advice_claims:
                 detected[claim] = verdict
     defects = sorted(c for c, v in detected.items() if v in ("fail", "error") and c not in advice_claims)
     advice = sorted(c for c in detected if c not in defects)
-    if baseline.status != "completed":
+    if result.status == "not run":
+        verdict = "not run"
+    elif baseline.status != "completed":
         verdict = "unjudged"
     elif result.status == "timeout":
         verdict = "timeout"
