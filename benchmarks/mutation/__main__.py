@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             for m in MUTANTS:
                 if m.operator == op:
                     print(f"    {m.id:34} {m.target:28} meant: {', '.join(m.meant)}")
+        print(f"{len(MUTANTS)} mutants, {len(operators())} operators")
         return 0
     try:
         mutants = select(args.operator, args.mutant)
@@ -106,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             f"baseline-{target}", target, args
         )
         print(f"baseline {target}: {baselines[target].status} in {baselines[target].seconds} s", flush=True)
-    for index, mutant in enumerate(mutants, 1):
+    # run in the order asked for (--mutant ...), report in the mutants' order
+    asked = {ident: n for n, ident in enumerate(args.mutant)}
+    position = {m.id: n for n, m in enumerate(MUTANTS)}
+    for index, mutant in enumerate(sorted(mutants, key=lambda m: asked.get(m.id, len(asked))), 1):
         result = run_mutant(mutant, cache, **options) or _not_run(mutant.id, mutant.target, args)
         row = judge(mutant, result, baselines[mutant.target], advice_claims)
         judged.append(row)
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             + f" ({result.seconds} s) by {', '.join(row['detected_by']) or 'nothing'}",
             flush=True,
         )
+    judged.sort(key=lambda row: position[row["id"]])
     command = "python -m benchmarks.mutation " + shlex.join(argv if argv is not None else sys.argv[1:])
     document = write(
         args.out,
