@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_mutant(mutant, cache, **options) or _not_run(mutant.id, mutant.target, args)
         row = judge(mutant, result, baselines[mutant.target], advice_claims)
         judged.append(row)
+        if row["verdict"] == "not run":
+            continue
         print(
             f"[{index}/{len(mutants)}] {mutant.id}: {row['verdict']}"
             + (" as meant" if row["as_meant"] else "")

@@ -141,6 +141,7 @@ def _markdown(document: Mapping[str, Any]) -> str:
     overall = document["summary"]["overall"]
     machine = document["machine"]
     mutants = document["mutants"]
+    not_run = [m for m in mutants if m["verdict"] == "not run"]
     lines = [
         "# Mutation analysis of the reference targets",
         "",
@@ -166,6 +167,16 @@ def _markdown(document: Mapping[str, Any]) -> str:
         + ", ".join(f"{v} {n}" for v, n in sorted(overall["verdicts"].items()))
         + ".",
         "",
+        *(
+            [
+                f"**{len(not_run)} mutants were not run** (the session was stopped before them); the rates are "
+                "over the mutants that ran. Run them with `python -m benchmarks.mutation` (finished runs are "
+                "cached). Not run: " + ", ".join(f"`{m['id']}`" for m in not_run) + ".",
+                "",
+            ]
+            if not_run
+            else []
+        ),
         "## Per operator",
         "",
         *markdown_rows(
