@@ -610,7 +610,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _PRE,
-        ("accepted/complete_epoch",),
+        # accepted/loads: "the cooker returns a sample for each clean input"; complete_epoch: the same after it
+        ("accepted/loads", "accepted/complete_epoch"),
     ),
     # -- security ----------------------------------------------------------------------------------------------
     Mutant(
