@@ -6,6 +6,7 @@ nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0
 nox -s demo        the end-to-end demo (examples/demo.py)
 nox -s fuzz        mutated shards against validate and the safe readers for 10 minutes (-- SECONDS)
 nox -s remote_speed     validate over object storage vs a plain boto3 read, and torchrun scaling 1 -> 4 ranks
+nox -s mutation    mutation analysis: defects put into copies of the reference targets, killed by which claims
 """
 
 from __future__ import annotations
@@ -167,3 +168,14 @@ def remote_speed(session: nox.Session) -> None:
     session.run(
         "python", "-m", "benchmarks.bench_remote", "--out", "reports/benchmarks/remote.json", *session.posargs
     )
+
+
+@nox.session(python="3.11")
+def mutation(session: nox.Session) -> None:
+    """Mutation analysis of the reference targets: every mutant (a defect put into a temporary copy of a
+    reference cooker, TaskEncoder or wrapper) checked by the suite in a fresh process, one at a time, quick
+    profile; the matrix mutant x claim, the kill rates and the survivors in reports/mutation/REPORT.md.
+    Extra arguments go to `python -m benchmarks.mutation` (e.g. `-- --operator cast_tensor`,
+    `-- --out benchmarks/mutation` for the committed report)."""
+    _install(session)
+    session.run("python", "-m", "benchmarks.mutation", *session.posargs)
