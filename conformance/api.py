@@ -40,6 +40,7 @@ def make_context(
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
     # the objects alive now (modules, the target) are left out of those walks; what the suite creates from
     # here on is collected as usual.
+    _check_environment()
     gc.freeze()
     workspace = Workspace(Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset)
     timeouts = {}
@@ -61,6 +62,21 @@ def make_context(
     if problem:
         raise ValueError(f"{target.describe()}: {problem}")
     return ctx
+
+
+_ENVIRONMENT_CHECKED: list[bool] = []
+
+
+def _check_environment() -> None:
+    """``RuntimeError`` (one line, with the fix) when this environment cannot run the suite; once a process."""
+    if _ENVIRONMENT_CHECKED:
+        return
+    from primus_energon.environment import probe_local_paths, problems
+
+    broken = problems() or [line for line in [probe_local_paths()] if line]
+    if broken:
+        raise RuntimeError("broken environment: " + "; ".join(broken))
+    _ENVIRONMENT_CHECKED.append(True)
 
 
 def prestart(ctx: CheckContext, properties: Iterable[Property]) -> None:

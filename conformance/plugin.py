@@ -243,7 +243,18 @@ def target_options(config: pytest.Config) -> dict[str, Any]:
 
 def _check_usage(config: pytest.Config) -> None:
     """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
-    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file."""
+    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file; first, an
+    environment that cannot run the suite (a missing dependency, an Energon release beside a
+    multi-storage-client that cannot open local paths), with its fix."""
+    from primus_energon.environment import probe_local_paths
+    from primus_energon.environment import problems as environment_problems
+
+    broken = environment_problems()
+    if not broken:
+        probed = probe_local_paths()
+        broken = [probed] if probed else []
+    if broken:
+        raise pytest.UsageError("\n".join(f"broken environment: {line}" for line in broken))
     from .target import resolve_target
 
     problems = []
@@ -345,9 +356,9 @@ def claim_expectations(config: pytest.Config) -> dict[str, str]:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not _active(config):
         return None
-    from .report import environment
+    from primus_energon.environment import versions  # installed metadata only: imports nothing
 
-    env = environment()["versions"]
+    env = {name: value or "not installed" for name, value in versions().items()}
     return [
         "conformance targets: "
         + ", ".join(
@@ -356,7 +367,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             + [f"wrapper {w}" for w in config.getoption("wrapper")]
         ),
         f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
-        f"megatron-energon {env['megatron-energon']}, torch {env['torch']}, hypothesis {env['hypothesis']}",
+        f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
+        f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
     ]
 
 
