@@ -3,7 +3,9 @@
 nox -s tests       the test suite, in parallel (pytest-xdist), with a junit report
 nox -s lint        ruff check and ruff format --check
 nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
+nox -s energon_msc_trap Energon 7.0.0 with multi-storage-client 1.x: the suite exits 4 with one line naming the fix
 nox -s demo        the end-to-end demo (examples/demo.py)
+nox -s docs        the documentation, built offline with mkdocs --strict into site/
 nox -s remote_speed     validate over object storage vs a plain boto3 read, and torchrun scaling 1 -> 4 ranks
 """
 
@@ -84,6 +86,35 @@ def energon_matrix(session: nox.Session, energon: str) -> None:
         "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
         "--cooker=primus_energon:RAW_COOKER",
     )
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation (docs/, mkdocs.yml) built offline with `mkdocs build --strict` into site/: any
+    warning (a broken link or anchor, a page left out of the nav) fails; the claim reference is generated
+    from the code at build time."""
+    _install(session, "test,docs")
+    session.run("mkdocs", "build", "--strict", "-d", "site", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session(python="3.11")
+def energon_msc_trap(session: nox.Session) -> None:
+    """megatron-energon 7.0.0 beside multi-storage-client 1.x (what an unconstrained install resolves), which
+    cannot open local paths: the suite refuses in one line, exit 4, naming the fix."""
+    _install(session)
+    session.install(*CONSTRAINTS, "megatron-energon==7.0.0", "multi-storage-client>=1")
+    output = session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-profile=quick",
+        "--cooker=primus_energon:RAW_COOKER",
+        success_codes=[4],
+        silent=True,
+    )
+    errors = [line for line in (output or "").splitlines() if line.startswith("ERROR:")]
+    if len(errors) != 1 or "pip install 'multi-storage-client<1'" not in errors[0]:
+        session.error(f"expected one usage-error line naming the fix, got: {output}")
 
 
 @nox.session(python="3.11")

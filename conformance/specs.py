@@ -36,29 +36,29 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
         tree = ast.parse("_" + call, mode="eval")
     except SyntaxError as error:
         raise ValueError(
-            f"{spec!r}: the arguments {call!r} do not parse ({error.msg}); write them as in Python: "
+            f"the arguments {call!r} do not parse ({error.msg}); write them as in Python: "
             "ATTR(NAME=VALUE, ...)"
         ) from None
     node = tree.body
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_"):
-        raise ValueError(f"{spec!r}: expected one argument list after {base}, as in {base}(NAME=VALUE, ...)")
+        raise ValueError(f"expected one argument list after {base}, as in {base}(NAME=VALUE, ...)")
     source = "_" + call
     if node.args:
         first = ast.get_source_segment(source, node.args[0]) or "?"
         raise ValueError(
-            f"{spec!r}: positional argument {first} not allowed; name every argument (NAME=VALUE), so the "
+            f"positional argument {first} not allowed; name every argument (NAME=VALUE), so the "
             "spec means the same whatever the signature's order"
         )
     kwargs: dict[str, Any] = {}
     for keyword in node.keywords:
         if keyword.arg is None:
-            raise ValueError(f"{spec!r}: **-unpacking is not allowed; give each argument as NAME=VALUE")
+            raise ValueError("**-unpacking is not allowed; give each argument as NAME=VALUE")
         text = ast.get_source_segment(source, keyword.value) or "?"
         try:
             kwargs[keyword.arg] = ast.literal_eval(keyword.value)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             raise ValueError(
-                f"{spec!r}: {keyword.arg}={text} is not a literal value; arguments may be {_LITERALS} (the "
+                f"{keyword.arg}={text} is not a literal value; arguments may be {_LITERALS} (the "
                 "suite never runs code from its command line; for anything else name a module-level "
                 "instance or factory: MODULE:ATTR)"
             ) from None
