@@ -3,8 +3,10 @@
 nox -s tests       the test suite, in parallel (pytest-xdist), with a junit report
 nox -s lint        ruff check and ruff format --check
 nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
+nox -s energon_msc_trap Energon 7.0.0 with multi-storage-client 1.x: the suite exits 4 with one line naming the fix
 nox -s demo        the end-to-end demo (examples/demo.py)
 nox -s fuzz        mutated shards against validate and the safe readers for 10 minutes (-- SECONDS)
+nox -s docs        the documentation, built offline with mkdocs --strict into site/
 nox -s remote_speed     validate over object storage vs a plain boto3 read, and torchrun scaling 1 -> 4 ranks
 nox -s mutation    mutation analysis: defects put into copies of the reference targets, killed by which claims
 """
@@ -98,6 +100,35 @@ def fuzz(session: nox.Session) -> None:
     if len(session.posargs) > 1:
         env["FUZZ_SEED"] = session.posargs[1]
     session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/fuzz_shards.py", env=env)
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation (docs/, mkdocs.yml) built offline with `mkdocs build --strict` into site/: any
+    warning (a broken link or anchor, a page left out of the nav) fails; the claim reference is generated
+    from the code at build time."""
+    _install(session, "test,docs")
+    session.run("mkdocs", "build", "--strict", "-d", "site", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session(python="3.11")
+def energon_msc_trap(session: nox.Session) -> None:
+    """megatron-energon 7.0.0 beside multi-storage-client 1.x (what an unconstrained install resolves), which
+    cannot open local paths: the suite refuses in one line, exit 4, naming the fix."""
+    _install(session)
+    session.install(*CONSTRAINTS, "megatron-energon==7.0.0", "multi-storage-client>=1")
+    output = session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-profile=quick",
+        "--cooker=primus_energon:RAW_COOKER",
+        success_codes=[4],
+        silent=True,
+    )
+    errors = [line for line in (output or "").splitlines() if line.startswith("ERROR:")]
+    if len(errors) != 1 or "pip install 'multi-storage-client<1'" not in errors[0]:
+        session.error(f"expected one usage-error line naming the fix, got: {output}")
 
 
 @nox.session(python="3.11")

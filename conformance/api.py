@@ -40,6 +40,7 @@ def make_context(
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
     # the objects alive now (modules, the target) are left out of those walks; what the suite creates from
     # here on is collected as usual.
+    _check_environment()
     gc.freeze()
     workspace = Workspace(Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset)
     timeouts = {}
@@ -61,6 +62,21 @@ def make_context(
     if problem:
         raise ValueError(f"{target.describe()}: {problem}")
     return ctx
+
+
+_ENVIRONMENT_CHECKED: list[bool] = []
+
+
+def _check_environment() -> None:
+    """``RuntimeError`` (one line, with the fix) when this environment cannot run the suite; once a process."""
+    if _ENVIRONMENT_CHECKED:
+        return
+    from primus_energon.environment import probe_local_paths, problems
+
+    broken = problems() or [line for line in [probe_local_paths()] if line]
+    if broken:
+        raise RuntimeError("broken environment: " + "; ".join(broken))
+    _ENVIRONMENT_CHECKED.append(True)
 
 
 def prestart(ctx: CheckContext, properties: Iterable[Property]) -> None:
@@ -239,17 +255,32 @@ def check_cooker(
     properties: Iterable[str] | None = None,
     input_form: InputForm = "bytes",
     expected_failures: dict[str, str] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    packing_buffer_size: int | None = None,
+    batch_size: int | None = None,
     **options: Any,
 ) -> list[PropertyResult]:
-    """Check a ``Cooker``, a ``@stateless`` cook function, or ``"module:attr"`` naming one.
+    """Check a ``Cooker``, a ``@stateless`` cook function, or ``"module:attr"`` naming one; with
+    ``kwargs`` (or ``"module:factory(NAME=VALUE, ...)"``), the cooker a factory returns for them.
 
+    ``kwargs`` values must be literals (numbers, strings, bytes, booleans, None, and tuples, lists, sets and
+    dicts of those), so that fresh processes and the reproduce command rebuild the same target.
+    ``packing_buffer_size`` and ``batch_size`` set the loaders that pack (default: the TaskEncoder's own
+    ``packing_buffer_size`` attribute, else the packing property's 8, and 2 packs per batch).
     Options: ``profile`` ("quick", "ci", "thorough"), ``seed``, ``encoding``, ``schema`` (file),
     ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice fails too),
     ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``.
     ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
     ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.
     """
-    target = resolve_target(cooker, kind="cooker", input_form=input_form)
+    target = resolve_target(
+        cooker,
+        kind="cooker",
+        input_form=input_form,
+        kwargs=kwargs,
+        packing_buffer_size=packing_buffer_size,
+        batch_size=batch_size,
+    )
     return _check(target, properties, expected_failures, **options)
 
 
@@ -258,11 +289,21 @@ def check_task_encoder(
     *,
     properties: Iterable[str] | None = None,
     expected_failures: dict[str, str] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    packing_buffer_size: int | None = None,
+    batch_size: int | None = None,
     **options: Any,
 ) -> list[PropertyResult]:
-    """Check a TaskEncoder class (built with no arguments), instance, or ``"module:attr"``; see
-    :func:`check_cooker` for the options."""
-    target = resolve_target(task_encoder, kind="task_encoder")
+    """Check a TaskEncoder instance, a class (built as ``Class(**kwargs)`` for every loader; no kwargs:
+    ``Class()``), a factory returning one, or ``"module:attr"`` / ``"module:Class(NAME=VALUE, ...)"``
+    naming one; see :func:`check_cooker` for ``kwargs`` and the options."""
+    target = resolve_target(
+        task_encoder,
+        kind="task_encoder",
+        kwargs=kwargs,
+        packing_buffer_size=packing_buffer_size,
+        batch_size=batch_size,
+    )
     return _check(target, properties, expected_failures, **options)
 
 
@@ -271,10 +312,11 @@ def check_wrapper(
     *,
     properties: Iterable[str] | None = None,
     expected_failures: dict[str, str] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> list[PropertyResult]:
-    """Check a dataloader wrapper class (built as ``Wrapper(loader)``, like
+    """Check a dataloader wrapper class (built as ``Wrapper(loader, **kwargs)``, like
     ``primus_energon.MegatronDataloaderWrapper``) or ``"module:attr"`` naming one, against the wrapper
-    property; see :func:`check_cooker` for the options."""
-    target = resolve_target(wrapper, kind="wrapper")
+    property; see :func:`check_cooker` for ``kwargs`` and the options."""
+    target = resolve_target(wrapper, kind="wrapper", kwargs=kwargs)
     return _check(target, properties, expected_failures, **options)

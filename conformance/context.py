@@ -12,6 +12,7 @@ from primus_energon.synthetic import example_schemas
 
 from .data import Workspace, read_crude
 from .profiles import Profile
+from .specs import shell_quote
 from .target import Target
 
 __all__ = ["CheckContext"]
@@ -182,15 +183,20 @@ class CheckContext:
         extra = f" --conformance-profile {self.profile.name}"
         # The --conformance-* spellings work everywhere (the short ones may belong to another plugin).
         if self.workspace.dataset:
-            extra += f" --conformance-dataset {self.workspace.dataset}"
+            extra += f" --conformance-dataset {shell_quote(str(self.workspace.dataset))}"
         for schema_file in self.workspace.schema_files:
-            extra += f" --conformance-schema {schema_file}"
+            extra += f" --conformance-schema {shell_quote(str(schema_file))}"
         if self.encoding:
             extra += f" --conformance-encoding {self.encoding}"
         if getattr(self.target, "input_form", "bytes") != "bytes":
             extra += f" --conformance-input-form {self.target.input_form}"
         if self.min_samples_per_s is not None:
             extra += f" --conformance-min-samples-per-s {self.min_samples_per_s:g}"
+        if getattr(self.target, "packing_buffer_size", None) is not None:
+            extra += f" --conformance-packing-buffer-size {self.target.packing_buffer_size}"
+        if getattr(self.target, "batch_size", None) is not None:
+            extra += f" --conformance-batch-size {self.target.batch_size}"
         return (
-            f"pytest {flag} {self.target.spec}{extra} --conformance-property {property_id.partition('/')[0]}"
+            f"pytest {flag} {shell_quote(self.target.spec)}{extra} "
+            f"--conformance-property {property_id.partition('/')[0]}"
         )

@@ -163,6 +163,23 @@ def encode(task_encoder: TaskEncoder, cooked: Any, *, seed: int = 0, sample_inde
     return outputs
 
 
+def packing_settings(
+    target: Target, task_encoder: Any, packing_buffer_size: int, batch_size: int
+) -> tuple[int, int]:
+    """The packing buffer size and batch size (packs per batch) of a loader that packs: the target's
+    ``--conformance-packing-buffer-size`` / ``--conformance-batch-size``; else the buffer size the
+    TaskEncoder was built with (an int attribute ``packing_buffer_size``, as training scripts pass the same
+    value to the TaskEncoder and the loader); else the property's own choice."""
+    own = getattr(task_encoder, "packing_buffer_size", None)
+    if getattr(target, "packing_buffer_size", None) is not None:
+        packing_buffer_size = target.packing_buffer_size
+    elif isinstance(own, int) and not isinstance(own, bool) and own > 0:
+        packing_buffer_size = own
+    if getattr(target, "batch_size", None) is not None:
+        batch_size = target.batch_size
+    return packing_buffer_size, batch_size
+
+
 def build_loader(
     target: Target,
     path: str | os.PathLike,
@@ -189,6 +206,10 @@ def build_loader(
         error_handler=reraise_exception if on_error == "raise" else log_exception,
     )
     task_encoder = task_encoder or target.make_task_encoder()
+    if packing_buffer_size is not None:  # a loader that packs: the settings the target needs, where given
+        packing_buffer_size, batch_size = packing_settings(
+            target, task_encoder, packing_buffer_size, batch_size
+        )
     with target_call(f"building {target.describe()}'s loader over {dataset_path(path).name}"):
         return _build(
             path,

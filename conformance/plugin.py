@@ -26,6 +26,7 @@ __all__ = [
     "pytest_load_initial_conftests",
     "option_dest",
     "claim_expectations",
+    "target_options",
 ]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
@@ -91,21 +92,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="MODULE:ATTR",
-        help="check this Energon Cooker or @stateless cook function (repeatable)",
+        help="check this Energon Cooker or @stateless cook function, or the one MODULE:FACTORY(NAME=VALUE, ...) "
+        "returns (literal values only; repeatable)",
     )
     group.addoption(
         "--task-encoder",
         action="append",
         default=[],
         metavar="MODULE:ATTR",
-        help="check this TaskEncoder class (built with no arguments) or instance (repeatable)",
+        help="check this TaskEncoder instance, or class built as MODULE:Class(NAME=VALUE, ...) (literal values "
+        "only; no arguments: Class()); repeatable",
     )
     group.addoption(
         "--wrapper",
         action="append",
         default=[],
         metavar="MODULE:ATTR",
-        help="check this dataloader wrapper class, built as Wrapper(loader) (repeatable)",
+        help="check this dataloader wrapper class, built as Wrapper(loader, NAME=VALUE, ...) from "
+        "MODULE:Wrapper(NAME=VALUE, ...) (repeatable)",
     )
     for name, attrs in _SHORTENABLE.items():
         help_text = f"{attrs['help']} (also --{name} unless another plugin has taken it)"
@@ -131,6 +135,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="advice (opinions about style, e.g. an error message without the sample key) fails the run too",
+    )
+    group.addoption(
+        "--conformance-packing-buffer-size",
+        default=None,
+        type=int,
+        metavar="N",
+        help="packing_buffer_size of the loaders that pack (default: the TaskEncoder's own packing_buffer_size "
+        "attribute, else 8)",
+    )
+    group.addoption(
+        "--conformance-batch-size",
+        default=None,
+        type=int,
+        metavar="N",
+        help="batch size (packs per batch) of the loaders that pack, for a batch() that takes a fixed number "
+        "of packs (default 2)",
     )
     group.addoption(
         "--conformance-report",
@@ -212,12 +232,31 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     return None
 
 
+def target_options(config: pytest.Config) -> dict[str, Any]:
+    """The options that shape every target (``resolve_target`` keyword arguments)."""
+    return {
+        "input_form": config.getoption(option_dest("input-form")),
+        "packing_buffer_size": config.getoption("conformance_packing_buffer_size"),
+        "batch_size": config.getoption("conformance_batch_size"),
+    }
+
+
 def _check_usage(config: pytest.Config) -> None:
     """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
-    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file."""
+    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file; first, an
+    environment that cannot run the suite (a missing dependency, an Energon release beside a
+    multi-storage-client that cannot open local paths), with its fix."""
+    from primus_energon.environment import probe_local_paths
+    from primus_energon.environment import problems as environment_problems
+
+    broken = environment_problems()
+    if not broken:
+        probed = probe_local_paths()
+        broken = [probed] if probed else []
+    if broken:
+        raise pytest.UsageError("\n".join(f"broken environment: {line}" for line in broken))
     from .target import resolve_target
 
-    input_form = config.getoption(option_dest("input-form"))
     problems = []
     targets = []
     for kind, option in (
@@ -227,7 +266,7 @@ def _check_usage(config: pytest.Config) -> None:
     ):
         for spec in config.getoption(kind.replace("-", "_")):
             try:
-                targets.append((option, spec, resolve_target(spec, kind=kind, input_form=input_form)))
+                targets.append((option, spec, resolve_target(spec, kind=kind, **target_options(config))))
             except Exception as error:  # any import-time failure of the user's module, said in one line
                 problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
     schemas = config.getoption(option_dest("schema")) or []
@@ -317,9 +356,9 @@ def claim_expectations(config: pytest.Config) -> dict[str, str]:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not _active(config):
         return None
-    from .report import environment
+    from primus_energon.environment import versions  # installed metadata only: imports nothing
 
-    env = environment()["versions"]
+    env = {name: value or "not installed" for name, value in versions().items()}
     return [
         "conformance targets: "
         + ", ".join(
@@ -328,7 +367,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             + [f"wrapper {w}" for w in config.getoption("wrapper")]
         ),
         f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
-        f"megatron-energon {env['megatron-energon']}, torch {env['torch']}, hypothesis {env['hypothesis']}",
+        f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
+        f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
     ]
 
 
@@ -376,6 +416,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     """The claims' tally, and the advice: reported here, never failing unless --conformance-strict."""
     if not _active(config) or hasattr(config, "workerinput") or not _collected:
         return
+    from .specs import short_name
+
     claims = [(r["target"], c) for r in _collected for c in r.get("claims", [])]
     tally = Counter(c["verdict"] for _, c in claims)
     order = ("pass", "fail", "advice", "xfail", "skip", "error")
@@ -383,7 +425,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(", ".join(f"{tally[v]} {v}" for v in order if tally[v]))
     for target, formats in _formats_by_target(_collected).items():
         checked = ", ".join(f"{f['encoding']} ({f['source']})" for f in formats.get("checked", []))
-        terminalreporter.write_line(f"{target.rpartition(':')[2]}: formats checked: {checked or 'none'}")
+        terminalreporter.write_line(f"{short_name(target)}: formats checked: {checked or 'none'}")
         for missing in formats.get("not_checked", []):
             terminalreporter.write_line(f"    not checked: {missing['encoding']}: {missing['why']}")
     advice = [(target, c) for target, c in claims if c["verdict"] == "advice"]
@@ -395,7 +437,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
         for target, c in advice:
             first = c["message"].splitlines()[0] if c["message"] else ""
-            terminalreporter.write_line(f"{target.rpartition(':')[2]}: {c['id']}: {first[:240]}")
+            terminalreporter.write_line(f"{short_name(target)}: {c['id']}: {first[:240]}")
             if c.get("fix"):
                 terminalreporter.write_line(f"    fix: {c['fix']}")
 
@@ -416,9 +458,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report_dir = config.getoption("conformance_report")
     if not report_dir:
         return
-    targets = [{"target": c, "kind": "cooker"} for c in config.getoption("cooker")]
-    targets += [{"target": t, "kind": "task_encoder"} for t in config.getoption("task_encoder")]
-    targets += [{"target": w, "kind": "wrapper"} for w in config.getoption("wrapper")]
+    targets = [{"target": _normalized(c), "kind": "cooker"} for c in config.getoption("cooker")]
+    targets += [{"target": _normalized(t), "kind": "task_encoder"} for t in config.getoption("task_encoder")]
+    targets += [{"target": _normalized(w), "kind": "wrapper"} for w in config.getoption("wrapper")]
     formats = _formats_by_target(_collected)
     for target in targets:
         target["formats"] = formats.get(target["target"], {})
@@ -433,3 +475,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         exitstatus=int(exitstatus),
         strict=config.getoption("conformance_strict"),
     )
+
+
+def _normalized(spec: str) -> str:
+    """``spec`` as its target spells it (arguments normalized), as results name it."""
+    from .specs import format_spec, parse_spec
+
+    try:
+        return format_spec(*parse_spec(spec))
+    except ValueError:
+        return spec

@@ -33,6 +33,7 @@ def environment() -> dict[str, Any]:
             "primus-energon": _version("primus-energon"),
             "megatron-energon": _version("megatron-energon"),
             "torch": _version("torch"),
+            "multi-storage-client": _version("multi-storage-client"),
             "webdataset": _version("webdataset"),
             "hypothesis": _version("hypothesis"),
         },

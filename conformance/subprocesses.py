@@ -68,7 +68,8 @@ def child_target_args(target: Target) -> list[str]:
         except Exception as error:  # not importable: say why
             reason = f"{target.spec!r} is not importable ({error})"
         else:
-            same = loaded is target.obj or loaded is getattr(target.obj, "cook", object())
+            named = getattr(target, "named", target.obj)
+            same = loaded is named or loaded is getattr(named, "cook", object())
             if not same:
                 reason = f"{target.spec!r} imports to another object than the one given"
     if reason:

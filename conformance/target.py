@@ -2,22 +2,28 @@
 
 A cooker target is an Energon :class:`~megatron.energon.Cooker` or a bare (``@stateless``) cook function;
 the suite runs it inside a harness TaskEncoder that adds nothing but the cooker and a list-batching
-``batch()``. A TaskEncoder target is a class (built with no arguments) or an instance, run as it is,
-decoder included. A wrapper target is a class built as ``Wrapper(loader)`` (a
-``MegatronDataloaderWrapper`` as Megatron-style training loops use); the loaders it is checked around use the reference
-``EncodedDiffusionTaskEncoder``.
+``batch()``. A TaskEncoder target is a class or an instance, run as it is, decoder included. A wrapper
+target is a class built as ``Wrapper(loader)`` (a ``MegatronDataloaderWrapper`` as Megatron-style training
+loops use); the loaders it is checked around use the reference ``EncodedDiffusionTaskEncoder``.
+
+A spec may carry keyword arguments of literal values (:mod:`~primus_energon.conformance.specs`):
+``MODULE:Class(seq_length=1024)`` builds a TaskEncoder as ``Class(seq_length=1024)`` for every loader,
+``MODULE:make_cooker(size=3)`` calls a cooker factory once, ``MODULE:Wrapper(steps=2)`` builds a wrapper as
+``Wrapper(loader, steps=2)``.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 
 from primus_energon.decoding import SafeSampleDecoder
+
+from .specs import check_literal_kwargs, format_spec, parse_spec, short_name
 
 __all__ = ["Target", "resolve_target", "load_object", "HarnessTaskEncoder", "InputForm"]
 
@@ -27,7 +33,9 @@ InputForm = Literal["bytes", "decoded"]
 
 
 def load_object(spec: str) -> Any:
-    """Import ``MODULE:ATTR`` (ATTR may be dotted: ``pkg.mod:Class.attr``)."""
+    """Import ``MODULE:ATTR`` (ATTR may be dotted: ``pkg.mod:Class.attr``); arguments, if the spec has
+    any, are not applied (see :func:`resolve_target`)."""
+    spec = parse_spec(spec)[0]
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"{spec!r} is not MODULE:ATTR (for example mypkg.cookers:cook_x)")
@@ -61,15 +69,32 @@ class HarnessTaskEncoder(DefaultTaskEncoder):
 class Target:
     """A thing under test. ``make_task_encoder()`` builds a fresh TaskEncoder for each loader."""
 
+    #: ``MODULE:ATTR``, with its arguments if it has any (``MODULE:Cls(a=1)``): what rebuilds the target
     spec: str
     kind: Literal["cooker", "task_encoder", "wrapper"]
+    #: the cooker, the TaskEncoder class or instance (or factory), the wrapper class
     obj: Any
     input_form: InputForm = "bytes"
+    #: keyword arguments (literals) the TaskEncoder class or factory, or the wrapper, is built with
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: what ``MODULE:ATTR`` names, when it is not ``obj`` itself (a cooker factory: ``obj`` is its product)
+    source: Any = None
+    #: ``--conformance-packing-buffer-size``: the packing buffer of every loader that packs (else the
+    #: property's own choice)
+    packing_buffer_size: int | None = None
+    #: ``--conformance-batch-size``: the batch size (packs per batch) of every loader that packs (else the
+    #: property's own choice)
+    batch_size: int | None = None
 
     @property
     def name(self) -> str:
         """Short id used in test ids and reports."""
-        return self.spec.rpartition(":")[2] if ":" in self.spec else self.spec
+        return short_name(self.spec)
+
+    @property
+    def named(self) -> Any:
+        """The object ``MODULE:ATTR`` names (a factory, for a cooker built by one)."""
+        return self.obj if self.source is None else self.source
 
     @property
     def cookers(self) -> list[Cooker]:
@@ -113,38 +138,77 @@ class Target:
             from primus_energon import EncodedDiffusionTaskEncoder
 
             return EncodedDiffusionTaskEncoder()
-        if isinstance(self.obj, type):
-            return self.obj()
+        if isinstance(self.obj, type) or self.kwargs:
+            return self.obj(**self.kwargs)
         return self.obj
+
+    def make_wrapper(self, loader: Any) -> Any:
+        """The wrapper target built around ``loader``: ``Wrapper(loader, **kwargs)``."""
+        return self.obj(loader, **self.kwargs)
 
     def describe(self) -> str:
         what = {"cooker": "cooker", "task_encoder": "TaskEncoder", "wrapper": "wrapper"}[self.kind]
         return f"{what} {self.spec}"
 
 
-def resolve_target(spec: str | Any, *, kind: str | None = None, input_form: InputForm = "bytes") -> Target:
-    """A :class:`Target` from ``MODULE:ATTR`` or from the object itself.
+def resolve_target(
+    spec: str | Any,
+    *,
+    kind: str | None = None,
+    input_form: InputForm = "bytes",
+    kwargs: Mapping[str, Any] | None = None,
+    packing_buffer_size: int | None = None,
+    batch_size: int | None = None,
+) -> Target:
+    """A :class:`Target` from ``MODULE:ATTR``, ``MODULE:ATTR(NAME=VALUE, ...)`` or the object itself.
 
-    ``kind`` ("cooker" or "task_encoder") is inferred when not given: a ``Cooker`` or a function is a
-    cooker, a ``TaskEncoder`` class or instance a TaskEncoder. A TaskEncoder class must build with no
-    arguments. Raises ``ValueError`` with a one-line explanation otherwise (wrong kind: which option to
-    use instead)."""
-    obj = load_object(spec) if isinstance(spec, str) else spec
-    label = spec if isinstance(spec, str) else f"{getattr(obj, '__module__', '?')}:{_qualname(obj)}"
+    ``kind`` ("cooker", "task_encoder" or "wrapper") is inferred when not given: a ``Cooker`` or a function
+    is a cooker, a ``TaskEncoder`` class or instance a TaskEncoder. Arguments (from the spec, then
+    ``kwargs``; literal values only) build a TaskEncoder class or factory (``Cls(**kwargs)``, for every
+    loader), are passed to a cooker factory once (its result must be a Cooker or cook function), or to a
+    wrapper after the loader. Without arguments a TaskEncoder class must build with no arguments. Raises
+    ``ValueError`` with a one-line explanation otherwise (wrong kind: which option to use instead)."""
+    if isinstance(spec, str):
+        base, spec_kwargs = parse_spec(spec)
+        obj = load_object(base)
+    else:
+        obj, spec_kwargs = spec, {}
+        base = f"{getattr(obj, '__module__', '?')}:{_qualname(obj)}"
+    args = check_literal_kwargs(base, {**spec_kwargs, **(kwargs or {})})
+    label = format_spec(base, args)
+    called = f"{base}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+    for setting, value in (("packing buffer size", packing_buffer_size), ("batch size", batch_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{setting} {value!r} is not a positive integer")
     if kind == "wrapper":
         if not isinstance(obj, type) or issubclass(obj, TaskEncoder):
             raise ValueError(
                 f"{label} is {_describe_object(obj)}, not a wrapper class (built as Wrapper(loader), like "
                 "primus_energon.MegatronDataloaderWrapper)"
             )
-        return Target(spec=label, kind="wrapper", obj=obj)
+        return Target(spec=label, kind="wrapper", obj=obj, kwargs=args)
+    source = None
+    label_what: str | None = None
+    if args and kind != "task_encoder" and not _is_te(obj) and callable(obj) and not isinstance(obj, Cooker):
+        # A cooker factory: called once, here; its product is the target, the factory what a fresh process
+        # imports.
+        try:
+            product = obj(**args)
+        except Exception as error:
+            raise ValueError(f"{called} failed ({type(error).__name__}: {error})") from None
+        if _is_te(product) and kind is None:
+            kind = "task_encoder"  # a TaskEncoder factory: called again for every loader
+        else:
+            source, obj = obj, product
+            label_what = "built by"
     is_te_class = isinstance(obj, type) and issubclass(obj, TaskEncoder)
     is_te = is_te_class or isinstance(obj, TaskEncoder)
+    is_factory = bool(args) and source is None and callable(obj) and not is_te and kind == "task_encoder"
     is_cooker = isinstance(obj, Cooker) or (callable(obj) and not isinstance(obj, type) and not is_te)
     if kind is None:
         kind = "task_encoder" if is_te else "cooker" if is_cooker else None
-    what = _describe_object(obj)
-    if kind == "task_encoder" and not is_te:
+    what = _describe_object(obj) if label_what is None else f"{_describe_object(obj)} {label_what} {called}"
+    if kind == "task_encoder" and not (is_te or is_factory):
         hint = f"; check it with --cooker {label}" if is_cooker else ""
         raise ValueError(f"{label} is {what}, not a TaskEncoder class or instance{hint}")
     if kind == "cooker" and not is_cooker:
@@ -152,15 +216,47 @@ def resolve_target(spec: str | Any, *, kind: str | None = None, input_form: Inpu
         raise ValueError(f"{label} is {what}, not an Energon Cooker or a cook function{hint}")
     if kind is None:
         raise ValueError(f"{label} is {what}: neither a Cooker/cook function nor a TaskEncoder")
-    if is_te_class and kind == "task_encoder":
-        try:
-            obj()
-        except Exception as error:
+    if kind == "cooker" and args and source is None:
+        raise ValueError(
+            f"{label}: {base} is {what}, which takes no arguments; arguments go to a factory that returns the "
+            "cooker (MODULE:make_cooker(NAME=VALUE, ...))"
+        )
+    if kind == "task_encoder":
+        if args and isinstance(obj, TaskEncoder):
             raise ValueError(
-                f"{label} cannot be built with no arguments ({type(error).__name__}: {error}); name a "
-                "module-level instance instead (MODULE:INSTANCE)"
-            ) from None
-    return Target(spec=label, kind=kind, obj=obj, input_form=input_form)  # type: ignore[arg-type]
+                f"{label}: {base} is a TaskEncoder instance, which takes no arguments; name its class (or a "
+                "factory) with the arguments instead"
+            )
+        if is_te_class or is_factory:
+            try:
+                built = obj(**args)
+            except Exception as error:
+                how = f"with {called.partition('(')[2][:-1]}" if args else "with no arguments"
+                fix = (
+                    "check the argument names and values"
+                    if args
+                    else "give its arguments in the spec (MODULE:Class(NAME=VALUE, ...)) or name a module-level "
+                    "instance (MODULE:INSTANCE)"
+                )
+                raise ValueError(
+                    f"{base} cannot be built {how} ({type(error).__name__}: {' '.join(str(error).split())}); {fix}"
+                ) from None
+            if not isinstance(built, TaskEncoder):
+                raise ValueError(f"{called} returned {_describe_object(built)}, not a TaskEncoder instance")
+    return Target(
+        spec=label,
+        kind=kind,  # type: ignore[arg-type]
+        obj=obj,
+        input_form=input_form,
+        kwargs=args if kind == "task_encoder" else {},
+        source=source,
+        packing_buffer_size=packing_buffer_size,
+        batch_size=batch_size,
+    )
+
+
+def _is_te(obj: Any) -> bool:
+    return (isinstance(obj, type) and issubclass(obj, TaskEncoder)) or isinstance(obj, TaskEncoder)
 
 
 def _describe_object(obj: Any) -> str:

@@ -16,11 +16,15 @@ Dataset tools (finalize, validate, info, preview; also the ``primus-energon`` co
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version (pyproject.toml), as --version and the reports show it
+    __version__ = _metadata.version("primus-energon")
+except _metadata.PackageNotFoundError:  # an uninstalled source tree
+    __version__ = "0+unknown"
 
 __all__ = [
     "DiffusionSample",

@@ -11,8 +11,8 @@ import argparse
 import sys
 import warnings
 
-from . import __version__
 from .datasets.commands import register as register_dataset_commands
+from .environment import add_version_option
 
 __all__ = ["main", "build_parser"]
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="primus-energon",
         description="Reference data path for diffusion training on Megatron-Energon.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_version_option(parser, "primus-energon")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_dataset_commands(commands)
     return parser

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from primus_energon.cli_types import non_negative_int, positive_int
+from primus_energon.environment import add_version_option
 
 from .errors import SyntheticError
 from .faults import FAULT_KINDS, parse_faults
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate deterministic, Energon-ready CrudeWebdataset datasets (optionally with faults) "
         "and metadatasets blending them.",
     )
+    add_version_option(parser, "primus-synth")
     sub = parser.add_subparsers(dest="command", metavar="{generate,metadataset}", parser_class=_Parser)
     sub.required = True
 

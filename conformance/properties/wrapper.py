@@ -86,12 +86,14 @@ SPIN_TIMEOUT_S = 30.0  # the child imports the wrapper's module (torch) in a few
 #: the child half of the spin checks: wraps [] or an exhausted iterator and calls next() once too often
 _CHILD = """
 import importlib, sys
-module, _, attr = sys.argv[1].partition(":")
+from primus_energon.conformance.specs import parse_spec
+spec, kwargs = parse_spec(sys.argv[1])
+module, _, attr = spec.partition(":")
 wrapper = importlib.import_module(module)
 for part in attr.split("."):
     wrapper = getattr(wrapper, part)
 source = [] if sys.argv[2] == "empty" else iter([1, 2])
-wrapped = wrapper(source)
+wrapped = wrapper(source, **kwargs)
 if sys.argv[2] == "exhausted":
     next(wrapped), next(wrapped)
 try:
@@ -123,7 +125,7 @@ def _loader(ctx: CheckContext, num_workers: int, *, mode: str = "train") -> Any:
 def _wrapped(ctx: CheckContext, loader: Any) -> Iterator[Any]:
     with closing(loader):
         with target_call(f"building {ctx.target.describe()} around an Energon loader"):
-            wrapper = ctx.target.obj(loader)
+            wrapper = ctx.target.make_wrapper(loader)
         try:
             yield wrapper
         finally:

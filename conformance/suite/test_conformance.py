@@ -8,8 +8,9 @@ import json
 import pytest
 
 from primus_energon.conformance.api import make_context, prestart, run_property
-from primus_energon.conformance.plugin import claim_expectations, option_dest
+from primus_energon.conformance.plugin import claim_expectations, option_dest, target_options
 from primus_energon.conformance.properties import PROPERTIES, Property, get_property, properties_for
+from primus_energon.conformance.specs import format_spec, parse_spec, short_name
 from primus_energon.conformance.target import resolve_target
 
 
@@ -33,7 +34,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(
         ("conformance_target", "property_id"),
         pairs,
-        ids=[f"{(spec.rpartition(':')[2] or spec)}-{pid}" for (_, spec), pid in pairs],
+        ids=[f"{short_name(spec)}-{pid}" for (_, spec), pid in pairs],
         indirect=["conformance_target"],
         scope="session",
     )
@@ -42,7 +43,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def conformance_target(request: pytest.FixtureRequest):
     kind, spec = request.param
-    return resolve_target(spec, kind=kind, input_form=request.config.getoption(option_dest("input-form")))
+    return resolve_target(spec, kind=kind, **target_options(request.config))
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +70,7 @@ def conformance_context(
     collected = {
         item.callspec.params["property_id"]
         for item in request.session.items
-        if hasattr(item, "callspec") and item.callspec.params.get("conformance_target") == mine
+        if hasattr(item, "callspec") and _normalized(item.callspec.params.get("conformance_target")) == mine
     }
     try:
         if not hasattr(config, "workerinput"):
@@ -102,3 +103,14 @@ def test_property(conformance_context, property_id: str, request: pytest.Fixture
         what = "failed" if result.verdict == "fail" else "could not be checked (a defect of the suite)"
         text = f"{head}: {count} {what}, worst first:\n{result.message}"
         pytest.fail(text + (f"\nreproduce: {result.reproduce}" if result.reproduce else ""), pytrace=False)
+
+
+def _normalized(param: object) -> object:
+    """A ``(kind, spec)`` parameter with its spec as the target spells it (arguments normalized)."""
+    if not isinstance(param, tuple):
+        return param
+    kind, spec = param
+    try:
+        return kind, format_spec(*parse_spec(spec))
+    except ValueError:
+        return param

@@ -1,0 +1,167 @@
+"""Targets as their projects build them: ``MODULE:ATTR(NAME=VALUE, ...)`` on the command line and ``kwargs=``
+in the Python API, literal values only; and the loader settings a target needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus_energon.conformance import check_cooker, check_task_encoder, check_wrapper
+from primus_energon.conformance.specs import format_spec, parse_spec
+from primus_energon.conformance.target import resolve_target
+from tests.helpers import run_pytest
+
+CONFIGURED = "tests.conformance_zoo.configured:ConfiguredPackingTaskEncoder"
+ARGS = "(seq_length=16, packing_buffer_size=4)"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("m.n:A", ("m.n:A", {})),
+        ("m.n:A.b()", ("m.n:A.b", {})),
+        (
+            "m.n:A(x=1, y=-2.5, s='a', t=(1, [2]), d={'k': None}, f=True, b=b'x')",
+            ("m.n:A", {"x": 1, "y": -2.5, "s": "a", "t": (1, [2]), "d": {"k": None}, "f": True, "b": b"x"}),
+        ),
+    ],
+)
+def test_spec_arguments_are_read_as_literals(spec: str, expected: tuple) -> None:
+    assert parse_spec(spec) == expected
+    assert parse_spec(format_spec(*expected)) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("m:A(x=len('a'))", "x=len('a') is not a literal value"),
+        ("m:A(x=__import__('os').system('true'))", "is not a literal value"),
+        ("m:A(x=y)", "x=y is not a literal value"),
+        ("m:A(1)", "positional argument 1 not allowed"),
+        ("m:A(**k)", "**-unpacking is not allowed"),
+        ("m:A(x=", "do not parse"),
+        ("m:A(x=1)(y=2)", "expected one argument list"),
+    ],
+)
+def test_anything_but_literal_keyword_arguments_is_refused(spec: str, expected: str) -> None:
+    with pytest.raises(ValueError, match=None) as raised:
+        parse_spec(spec)
+    assert expected in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_resolve_target_builds_with_the_arguments_and_refuses_what_cannot_take_them() -> None:
+    target = resolve_target(CONFIGURED + ARGS, kind="task_encoder")
+    built = target.make_task_encoder()
+    assert (built.capacity, built.packing_buffer_size) == (16, 4)
+    assert target.make_task_encoder() is not built  # a fresh TaskEncoder for every loader
+    assert target.spec == CONFIGURED + ARGS and target.name == "ConfiguredPackingTaskEncoder" + ARGS
+    same = resolve_target(
+        CONFIGURED, kind="task_encoder", kwargs={"seq_length": 16, "packing_buffer_size": 4}
+    )
+    assert same.spec == target.spec
+    with pytest.raises(ValueError, match="cannot be built with no arguments .*missing 2 required"):
+        resolve_target(CONFIGURED, kind="task_encoder")
+    with pytest.raises(ValueError, match="cannot be built with seq_length=16"):
+        resolve_target(CONFIGURED + "(seq_length=16)", kind="task_encoder")
+    with pytest.raises(ValueError, match="is not a literal value"):
+        resolve_target(CONFIGURED, kind="task_encoder", kwargs={"seq_length": object()})
+    with pytest.raises(ValueError, match="a Cooker, which takes no arguments"):
+        resolve_target("primus_energon:PREENCODED_COOKER(x=1)", kind="cooker")
+    cooker = resolve_target("tests.conformance_zoo.configured:make_cooker(encoding='preencoded')")
+    assert cooker.kind == "cooker" and cooker.cookers[0].has_subflavors == {"encoding": "preencoded"}
+    wrapper = resolve_target("tests.conformance_zoo.configured:StepsWrapper(name='w')", kind="wrapper")
+    assert wrapper.make_wrapper([]).name == "w"
+
+
+def test_python_api_takes_kwargs_and_loader_settings(tmp_path: Path) -> None:
+    """check_task_encoder(spec, kwargs=...) builds the class with them; batch_size sets the loaders that
+    pack (this TaskEncoder takes one pack per batch); a non-literal argument is a ValueError."""
+    results = check_task_encoder(
+        CONFIGURED,
+        kwargs={"seq_length": 16, "packing_buffer_size": 4},
+        batch_size=1,
+        properties=["accepted", "packing"],
+        profile="quick",
+        workdir=tmp_path,
+    )
+    assert {r.property: r.verdict for r in results} == {"accepted": "pass", "packing": "pass"}, [
+        r.message for r in results
+    ]
+    cooker = check_cooker(
+        "tests.conformance_zoo.configured:make_cooker",
+        kwargs={"encoding": "preencoded"},
+        properties=["accepted", "keys"],
+        profile="quick",
+    )
+    assert [r.verdict for r in cooker] == ["pass", "pass"], [r.message for r in cooker]
+    wrapper = check_wrapper(
+        "tests.conformance_zoo.configured:StepsWrapper", kwargs={"name": "w"}, profile="quick"
+    )
+    assert [r.verdict for r in wrapper] == ["pass"], [r.message for r in wrapper]
+    with pytest.raises(ValueError, match="not a literal value"):
+        check_task_encoder(CONFIGURED, kwargs={"seq_length": len}, properties=["accepted"])
+
+
+@pytest.mark.slow
+def test_a_task_encoder_built_with_arguments_on_the_command_line_passes(tmp_path: Path) -> None:
+    """The arguments given only on the command line build the TaskEncoder here and in every fresh process
+    (determinism, sharding); --conformance-batch-size 1 is what its batch() needs; the packing buffer is
+    the one it was built with (4, not the suite's 8, which its select_samples_to_pack refuses)."""
+    report = tmp_path / "report"
+    properties = ["accepted", "fidelity", "determinism", "sharding", "packing"]
+    run = run_pytest(
+        tmp_path,
+        "--task-encoder",
+        CONFIGURED + ARGS,
+        "--conformance-batch-size",
+        "1",
+        "--conformance-profile",
+        "quick",
+        *[arg for p in properties for arg in ("--conformance-property", p)],
+        f"--conformance-report={report}",
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "5 passed" in run.stdout
+    document = json.loads((report / "report.json").read_text())
+    assert {r["property"]: r["verdict"] for r in document["results"]} == dict.fromkeys(properties, "pass")
+    claims = {c["id"]: c["verdict"] for r in document["results"] for c in r["claims"]}
+    assert claims["determinism/fresh_processes"] == "pass" and claims["packing/loads"] == "pass"
+    assert document["results"][0]["target"] == CONFIGURED + ARGS
+    # Without the batch size it needs, packing fails, and the reproduce command keeps the arguments.
+    failing = run_pytest(
+        tmp_path,
+        "--task-encoder",
+        CONFIGURED + ARGS,
+        "--conformance-profile",
+        "quick",
+        "--conformance-property",
+        "packing",
+    )
+    assert failing.returncode == 1, failing.stdout[-3000:]
+    assert "2 packs in one batch" in failing.stdout
+    assert (
+        f"reproduce: pytest --task-encoder '{CONFIGURED}{ARGS}' --conformance-profile quick" in failing.stdout
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            CONFIGURED + "(seq_length=len('abc'), packing_buffer_size=4)",
+            "seq_length=len('abc') is not a literal",
+        ),
+        (CONFIGURED, "cannot be built with no arguments"),
+        (CONFIGURED + "(seq_length=16)", "cannot be built with seq_length=16"),
+    ],
+)
+def test_bad_target_arguments_are_one_line_and_exit_4(tmp_path: Path, spec: str, expected: str) -> None:
+    run = run_pytest(tmp_path, "--task-encoder", spec, "--conformance-profile", "quick")
+    output = run.stdout + run.stderr
+    assert run.returncode == 4, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and expected in errors[0], output[-3000:]
+    assert "Traceback" not in output and "test_property" not in output and len(output.splitlines()) < 6
