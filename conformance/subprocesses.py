@@ -133,11 +133,52 @@ class Child:
         return text[-limit:]
 
 
+#: Overrides the address-space cap of the suite's child processes, in GiB (0: no cap).
+CHILD_MEMORY_VARIABLE = "PRIMUS_CONFORMANCE_CHILD_MEMORY_GIB"
+#: The least address space a child gets: torch and Energon alone reserve a few GiB of it.
+MIN_CHILD_MEMORY = 8 << 30
+
+
+def child_memory_cap() -> int | None:
+    """Bytes of address space each child process (and every process it starts: loader workers, ranks)
+    may use: the machine's physical memory (at least :data:`MIN_CHILD_MEMORY`), or
+    ``$PRIMUS_CONFORMANCE_CHILD_MEMORY_GIB``; None for no cap. A target that allocates past it gets a
+    MemoryError, which the failure names, instead of taking the machine's memory."""
+    override = os.environ.get(CHILD_MEMORY_VARIABLE)
+    if override is not None:
+        try:
+            gib = float(override)
+        except ValueError:
+            return None
+        return int(gib * (1 << 30)) if gib > 0 else None
+    from primus_energon.datasets.limits import physical_memory
+
+    physical = physical_memory()
+    return max(MIN_CHILD_MEMORY, physical) if physical else None
+
+
+def _capped(cap: int | None) -> Any:
+    """A ``preexec_fn`` that sets the soft ``RLIMIT_AS`` of the new process to ``cap`` (None: nothing)."""
+    if cap is None:
+        return None
+
+    def limit() -> None:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        wanted = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+        if soft == resource.RLIM_INFINITY or soft > wanted:
+            resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+
+    return limit
+
+
 def start(
     args: Sequence[str], *, env: dict[str, str], show_env: Sequence[str] = (), cwd: str | None = None
 ) -> Child:
     """Start ``args`` (a full command) in a new session, tagged (see :data:`CHILD_TAG_VARIABLE`) so that
-    :func:`stop` can end it and every process it starts."""
+    :func:`stop` can end it and every process it starts, with its address space capped
+    (:func:`child_memory_cap`)."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     tag = uuid.uuid4().hex
     process = subprocess.Popen(
@@ -148,6 +189,7 @@ def start(
         stderr=stderr,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=_capped(child_memory_cap()),
     )
     return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
 
@@ -203,9 +245,17 @@ def finish(child: Child, *, what: str, reproduce: str, timeout: float = DEFAULT_
         ) from None
     child.seconds = round(time.perf_counter() - child.started, 2)
     if child.process.returncode != 0:
+        tail = child.stderr_tail()
+        cap = child_memory_cap()
+        limit = (
+            f" (the suite caps each child process at {cap / (1 << 30):.1f} GiB of address space; "
+            f"{CHILD_MEMORY_VARIABLE}=GIB changes it, 0 lifts it)"
+            if cap and "MemoryError" in tail
+            else ""
+        )
         raise PropertyFailure(
-            f"{what} exited with status {child.process.returncode}; expected it to load the target and "
-            f"finish. Command: {child.describe()}\nlast lines of its stderr:\n{child.stderr_tail()}",
+            f"{what} exited with status {child.process.returncode}{limit}; expected it to load the target and "
+            f"finish. Command: {child.describe()}\nlast lines of its stderr:\n{tail}",
             reproduce=reproduce,
         )
 

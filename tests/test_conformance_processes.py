@@ -88,3 +88,26 @@ def test_children_started_ahead_end_with_the_check_even_when_their_property_is_b
     while live_processes("cook_raises_always") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not live_processes("cook_raises_always")
+
+
+def test_children_run_under_an_address_space_cap_and_a_failure_names_it(monkeypatch) -> None:
+    """Every child the suite starts has its address space capped (physical memory by default); a child
+    that allocates past the cap fails with a MemoryError, and the failure says which limit it hit."""
+    from primus_energon.conformance.results import PropertyFailure
+    from primus_energon.conformance.subprocesses import CHILD_MEMORY_VARIABLE, child_memory_cap, finish
+
+    show = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    child = start([sys.executable, "-c", show], env=child_env())
+    finish(child, what="the limit probe", reproduce="")
+    child.stdout.seek(0)
+    assert int(child.stdout.read()) == child_memory_cap() > 0
+
+    monkeypatch.setenv(CHILD_MEMORY_VARIABLE, "1")
+    assert child_memory_cap() == 1 << 30
+    child = start([sys.executable, "-c", "block = bytearray(2 << 30)"], env=child_env())
+    with pytest.raises(PropertyFailure) as failure:
+        finish(child, what="the allocating child", reproduce="")
+    assert "MemoryError" in str(failure.value)
+    assert "caps each child process at 1.0 GiB of address space" in str(failure.value)
+    monkeypatch.setenv(CHILD_MEMORY_VARIABLE, "0")
+    assert child_memory_cap() is None
