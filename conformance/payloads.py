@@ -389,19 +389,32 @@ class Trace:
     samples: list[SampleTrace]
     haystack: Haystack
 
-    def lost(self, required: Any = None) -> list[tuple[str, str, str]]:
+    def lost(self, required: Any = None, *, keys: bool = False) -> list[tuple[str, str, str]]:
         """``(key, payload path, why)`` for each payload that is lost: found nowhere while the same payload
         path of another sample of the output was found (so the output carries that field, but not for
         this sample), or found nowhere for any sample while ``required(key, payload)`` says it is
         required data. A payload found for no sample and not required is a dropped field (see
-        :meth:`dropped`), not lost data."""
+        :meth:`dropped`), not lost data. With ``keys``, a sample whose ``__key__`` is missing from an
+        output that carries the keys of the others is lost too (a batch that labels its data with another
+        sample's key; a pack may carry one key for all its samples, so packs are not asked)."""
         carried = {path for s in self.samples for path, places in s.places.items() if places}
         out = []
         for sample in self.samples:
             for path in sample.missing():
+                payload = sample.payloads[path]
+                if keys and path == KEY and path in carried:  # the output names others but not this one
+                    others = [s.key for s in self.samples if s.places.get(path)]
+                    out.append(
+                        (
+                            sample.key,
+                            path,
+                            f"the output carries the keys of {_keys(others)} but not this sample's: its data is "
+                            "labelled as another sample's",
+                        )
+                    )
+                    continue
                 if path == KEY:
                     continue
-                payload = sample.payloads[path]
                 if path in carried:
                     others = [s.key for s in self.samples if s.places.get(path)]
                     out.append(

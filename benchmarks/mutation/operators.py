@@ -772,7 +772,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "batch_reverse",
         "batch_reorder",
-        "batch() reverses the order of its samples (every field alike)",
+        "batch() reverses the order of its samples (every field alike, keys too: advice, nothing is mixed up)",
         TASK_ENCODERS,
         (
             Edit(
@@ -781,7 +781,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _ENC,
-        ("batch/rows",),
+        ("batch/order",),
     ),
     Mutant(
         "batch_misaligned_caption",

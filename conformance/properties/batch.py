@@ -160,7 +160,9 @@ def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str 
             "every tensor and text of the samples is lost or transformed beyond recognition"
         )
     by_key = {s.key: s for s in result.samples}
-    problems = [f"sample {key!r}: {why}{_where(by_key[key])}" for key, _path, why in result.lost(required)]
+    problems = [
+        f"sample {key!r}: {why}{_where(by_key[key])}" for key, _path, why in result.lost(required, keys=True)
+    ]
     problems += [
         f"sample {key!r}'s {path!r} occurs more often than it was given ({', '.join(map(str, places[:4]))}): a "
         "sample is duplicated"
