@@ -98,14 +98,13 @@ _CLAIM_OF = {
 
 
 def _not_a_tensor(value: bytes) -> bytes:
-    """A ``.pth`` that holds a dict with the tensor inside instead of the tensor (a saved state dict): a
-    member of the wrong type that every tensor reader decodes without complaint."""
-    import torch
-
+    """A ``.pth`` that holds a dict with the tensor inside instead of the tensor (a saved state: a step
+    counter first, then the tensor): a member of the wrong type that every tensor reader decodes without
+    complaint, and that a reader coercing it to "the first tensor in it" turns into the wrong data."""
     from ..oracle import decode_member
 
     buffer = io.BytesIO()
-    torch.save({"tensor": decode_member(TensorSpec(()), value)}, buffer)
+    torch.save({"step": torch.tensor([7]), "tensor": decode_member(TensorSpec(()), value)}, buffer)
     return buffer.getvalue()
 
 
