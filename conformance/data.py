@@ -49,6 +49,7 @@ __all__ = [
     "SMALL_SHAPES",
     "KeyReader",
     "first_leaf",
+    "metadataset_leaves",
     "infer_schema",
     "is_metadataset",
     "read_crude",
@@ -178,11 +179,10 @@ def is_metadataset(dataset: str | os.PathLike | None) -> bool:
     return dataset is not None and str(dataset).endswith((".yaml", ".yml"))
 
 
-def first_leaf(dataset: str | os.PathLike, split: str = "train") -> Any:
-    """The first dataset (a :class:`~primus_energon.datasets.metadataset.Leaf`) a metadataset's ``split``
-    blends, nested metadatasets resolved as ``primus-energon validate`` resolves them; the format of a user's
-    metadataset is inferred from it. A metadataset that does not resolve raises ``ValueError`` with the
-    resolver's problems."""
+def metadataset_leaves(dataset: str | os.PathLike, split: str = "train") -> list[Any]:
+    """The datasets (:class:`~primus_energon.datasets.metadataset.Leaf`) a metadataset's ``split``
+    blends, nested metadatasets resolved as ``primus-energon validate`` resolves them. A metadataset that
+    does not resolve raises ``ValueError`` with the resolver's problems."""
     from primus_energon.datasets.metadataset import resolve_metadataset
 
     _, leaves, problems = resolve_metadataset(dataset)
@@ -194,9 +194,15 @@ def first_leaf(dataset: str | os.PathLike, split: str = "train") -> Any:
             + (f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else "")
             + f"; `primus-energon validate {dataset}` lists every problem"
         )
-    for leaf in leaves:
-        if leaf.split == split:
-            return leaf
+    return [leaf for leaf in leaves if leaf.split == split]
+
+
+def first_leaf(dataset: str | os.PathLike, split: str = "train") -> Any:
+    """The first dataset a metadataset's ``split`` blends (see :func:`metadataset_leaves`); the format of
+    a user's metadataset is inferred from it."""
+    leaves = metadataset_leaves(dataset, split)
+    if leaves:
+        return leaves[0]
     raise ValueError(f"metadataset {str(dataset)!r} blends no dataset into its {split!r} split")
 
 

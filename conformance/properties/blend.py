@@ -41,12 +41,12 @@ from typing import Any
 
 from megatron.energon import DefaultTaskEncoder, TaskEncoder
 
-from primus_energon.datasets.metadataset import Leaf, duplicate_leaves, resolve_metadataset
+from primus_energon.datasets.metadataset import Leaf, duplicate_leaves
 from primus_energon.synthetic import Schema
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..data import infer_schema
+from ..data import infer_schema, metadataset_leaves
 from ..execution import build_loader, closing, target_call
 from ..recording import instrument, read_records
 from ..stats import chi_square_test, cohen_w, required_n
@@ -152,16 +152,7 @@ def _check_user_metadataset(claims: ClaimRecorder, yaml_path: str, split: str = 
     """The ``split`` leaves of the user's metadataset (resolved as ``primus-energon validate`` resolves
     them); blend/duplicates fails for a dataset split and subset listed twice. A metadataset that does not
     resolve is refused with the resolver's problems."""
-    _, leaves, problems = resolve_metadataset(yaml_path)
-    unreadable = [p for p in problems if p.code in ("bad-metadataset", "missing-path")]
-    if unreadable:
-        raise ValueError(
-            f"metadataset {yaml_path!r} does not resolve: "
-            + "; ".join(p.message for p in unreadable[:3])
-            + (f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else "")
-            + f"; `primus-energon validate {yaml_path}` lists every problem"
-        )
-    leaves = [leaf for leaf in leaves if leaf.split == split]
+    leaves = metadataset_leaves(yaml_path, split)
     with claims.claim("duplicates") as claim:
         claim.examined(len(leaves))
         for first, again in duplicate_leaves(leaves):
