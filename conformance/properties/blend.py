@@ -18,6 +18,11 @@ datasets repeat, so none runs dry. The two ranks' loaders run side by side. For 
 several formats, the datasets of a blend take them in turn, so batches mix them as a blend of the user's
 datasets would (unless batch/mixed_formats failed: then each blend has one format, and that claim says why).
 
+A cooker target (``--cooker``) runs in Energon's default TaskEncoder, which adds nothing after the blend:
+Energon cooks each dataset before blending it, so nothing a cooker does can move the ratios, and
+blend/ratios does not apply (it would test Energon's sampler, at tens of thousands of draws). Its blend is
+read for :data:`SUBFLAVOR_BATCHES` batches per worker, enough to check the subflavors of every entry.
+
 Duplicates: a user's metadataset (``--dataset x.yaml``) whose leaves (nested YAMLs resolved, paths
 relative to each YAML) name one dataset twice (same split part and subset) fails. Energon 7.4.1 gives
 both entries the same sample stream (NVIDIA/Megatron-Energon#266, github.com/NVIDIA/Megatron-Energon/issues/266; measured: every blended dataset of the same shard
@@ -60,7 +65,7 @@ CLAIMS = claims_of(
         "ratios",
         "the samples that reach batch() come from each dataset of a weighted blend in the proportions of "
         "the weights (chi-square, alpha 1e-6, 99% power at Cohen's w 0.05; 0.15 in the quick "
-        "profile), across workers and ranks",
+        "profile), across workers and ranks; a TaskEncoder's claim (a cooker runs before the blend)",
         Harm.DATA,
         "do not skip, drop or duplicate samples of one source after the blend (encode_sample, batch)",
     ),
@@ -88,6 +93,15 @@ BATCH_SIZE = 64
 SUBFLAVOR = "blend_entry"
 #: samples per generated blend dataset: 2 shards of 8, so each of the 4 workers holds samples of each
 SAMPLES_PER_DATASET = 16
+#: batches per worker read from a cooker target's blend (subflavors only; ratios do not apply to a cooker)
+SUBFLAVOR_BATCHES = 2
+#: why blend/ratios does not apply to a cooker target
+COOKER_RATIOS = (
+    "a cooker cannot change the blend's ratios: Energon cooks each dataset before blending it (a sample a "
+    "cooker skips is replaced by the next one of the same dataset) and Energon's default TaskEncoder adds "
+    "nothing after the blend; the ratios of a TaskEncoder that filters, drops or repeats samples in "
+    "encode_sample, batch() or packing are checked with --task-encoder"
+)
 
 
 # --- recording ---------------------------------------------------------------------------------------
@@ -265,8 +279,13 @@ def _run_blend(
     ]
     mds = ctx.workspace.metadataset(f"blend-{index}-{'-'.join(map(str, weights))}", entries)
     effect = ctx.profile.blend_effect
-    n = required_n(k, alpha=ALPHA, power=POWER, w=effect)
-    per_worker = math.ceil(n / (WORLD_SIZE * NUM_WORKERS))
+    counts_ratios = ctx.target.kind != "cooker"
+    if counts_ratios:
+        n = required_n(k, alpha=ALPHA, power=POWER, w=effect)
+        per_worker = math.ceil(n / (WORLD_SIZE * NUM_WORKERS))
+    else:  # subflavors only: see the module docstring
+        per_worker = SUBFLAVOR_BATCHES * BATCH_SIZE
+        n = per_worker * WORLD_SIZE * NUM_WORKERS
     started = time.perf_counter()
     sinks = [ctx.workspace.root / f"blend-records-{uuid.uuid4().hex}.jsonl" for _ in range(WORLD_SIZE)]
     try:
@@ -300,6 +319,18 @@ def _run_blend(
             all_counts.update(seq)
     counts = [all_counts.get(i, 0) for i in range(k)]
     total = sum(counts)
+    if not counts_ratios:
+        return {
+            "weights": weights,
+            "encodings": [e or "preencoded" for e in encodings],
+            "n": total,
+            "counts": counts,
+            "ratios": "not applicable to a cooker",
+            "counted_at": "/".join(sorted(stages)),
+            "subflavor_samples_checked": checked,
+            "batches": batches,
+            "seconds": round(seconds, 2),
+        }
     statistic, p_value = chi_square_test(counts, weights)
     fractions = [c / total for c in counts]
     expected = [w / sum(weights) for w in weights]
@@ -430,6 +461,16 @@ def _mixes_formats(ctx: CheckContext) -> bool:
         return False
 
 
+def _per_dataset(
+    encodings: list[str | None], weights: list[int], index: int, mixing: bool
+) -> list[str | None]:
+    """The encoding of each dataset of blend ``index``: the target's formats in turn when they can share a
+    batch, else one format per blend."""
+    if mixing:
+        return [encodings[i % len(encodings)] for i in range(len(weights))]
+    return [encodings[index % len(encodings)]] * len(weights)
+
+
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     encodings, schema = _data_source(ctx, claims)
     if not (ctx.workspace.dataset and str(ctx.workspace.dataset).endswith((".yaml", ".yml"))):
@@ -437,22 +478,26 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     rng = random.Random(f"conformance-blend-{ctx.seed}")
     mixing = len(encodings) > 1 and _mixes_formats(ctx)
     blends = []
-    with claims.claim("ratios") as claim:
-        claim.note(
-            ctx.workspace.generated_note(
-                f"blends of 2 to 5 datasets of {SAMPLES_PER_DATASET} samples in shards of 8",
-                "the ratios are counted by the source of each sample, so every blended dataset is generated "
-                "with keys of its own",
-            )
+    if ctx.target.kind == "cooker":
+        claims.not_applicable("ratios", COOKER_RATIOS)
+        weights = _draw_blend(rng)
+        blends.append(
+            _run_blend(ctx, claims, 0, weights, _per_dataset(encodings, weights, 0, mixing), schema)
         )
-        for index in range(ctx.profile.blends):
-            weights = _draw_blend(rng)
-            if mixing:  # the datasets of one blend take the target's formats in turn
-                per_dataset = [encodings[i % len(encodings)] for i in range(len(weights))]
-            else:
-                per_dataset = [encodings[index % len(encodings)]] * len(weights)
-            blends.append(_run_blend(ctx, claims, index, weights, per_dataset, schema))
-            claim.examined(blends[-1]["n"])
+    else:
+        with claims.claim("ratios") as claim:
+            claim.note(
+                ctx.workspace.generated_note(
+                    f"blends of 2 to 5 datasets of {SAMPLES_PER_DATASET} samples in shards of 8",
+                    "the ratios are counted by the source of each sample, so every blended dataset is "
+                    "generated with keys of its own",
+                )
+            )
+            for index in range(ctx.profile.blends):
+                weights = _draw_blend(rng)
+                per_dataset = _per_dataset(encodings, weights, index, mixing)
+                blends.append(_run_blend(ctx, claims, index, weights, per_dataset, schema))
+                claim.examined(blends[-1]["n"])
     claims.not_applicable("subflavors", "blocked by blend/ratios: the blend could not be read")
     try:
         duplicate = _duplicate_entry(ctx, encodings[0], schema)
@@ -465,6 +510,9 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     summary = "; ".join(
         f"weights {b['weights']}: N={b['n']}, p={b['p_value']:.3g}, fractions {b['fractions']} "
         f"({b['seconds']:.1f} s)"
+        if "p_value" in b
+        else f"weights {b['weights']}: {b['n']} samples read for their subflavors, ratios not applicable to a "
+        f"cooker ({b['seconds']:.1f} s)"
         for b in blends
     )
     return {
