@@ -99,3 +99,34 @@ def test_conformance_speed_benchmark_writes_its_summary(tmp_path: Path) -> None:
     (target,) = report["targets"]
     assert target["profile"] == "quick" and target["limit_s"] == 20.0 and "met" in target
     assert report["machine"]["cpus_usable"] >= 1 and "errors" in report
+
+
+def test_conformance_speed_holds_each_real_sized_target_to_the_limit() -> None:
+    """The zoo's real-sized targets (several formats, packing, an own decoder) are listed; each gets a
+    target of its own (its median over repeats against the limit), beside the median over all targets."""
+    from benchmarks.bench_conformance import summarize, zoo_targets
+    from benchmarks.tables import conformance_markdown
+
+    real = [t for t in zoo_targets() if t.real_sized]
+    assert any("packing" in t.real_sized and "two formats" in t.real_sized for t in real)
+    assert {"two formats", "packing", "own decoder"} <= {f for t in real for f in t.real_sized.split(", ")}
+
+    def run(target: str, seconds: float | None, real_sized: str | None) -> dict:
+        done = seconds is not None
+        return {"profile": "ci", "target": target, "kind": "task_encoder", "seconds": seconds,
+                "completed": done, "passed": done, "failed": [], "exit_status": 0 if done else None,
+                "real_sized": real_sized}  # fmt: skip
+
+    runs = [
+        run("small", 10.0, None), run("small", 12.0, None),
+        run("packed", 40.0, "packing"), run("packed", 50.0, "packing"), run("packed", 44.0, "packing"),
+        run("never", None, "own decoder"),
+    ]  # fmt: skip
+    summary = summarize(runs, ["ci"])
+    assert summary["profiles"]["ci"]["median_s"] == 27.5  # median of the per-target medians 11 and 44
+    each = {t["real_sized"]: t for t in summary["targets"] if t.get("real_sized")}
+    assert each["packed"]["value"] == 44.0 and each["packed"]["met"] is True
+    assert "(median of 3 run(s))" in each["packed"]["target"] and "(packing)" in each["packed"]["target"]
+    assert each["never"]["value"] is None and each["never"]["met"] is False
+    table = conformance_markdown(runs, summary, ["ci"])
+    assert "44.0 (40.0-50.0, 3/3 runs)" in table and "Each real-sized target" in table

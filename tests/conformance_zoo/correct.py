@@ -374,4 +374,22 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.correct:PlainStackTaskEncoder",
         {},
     ),
+    "two formats, its own decoder and THD packing together": (
+        "task_encoder",
+        "tests.conformance_zoo.realistic:PackedTwoFormatTaskEncoder",
+        {},
+    ),
 }
+
+#: The correct targets of the size real projects write (several formats, packing, a decoder of their own),
+#: by CORRECT_TARGETS name, with what makes them so: the speed benchmark holds each of them to the limits.
+REAL_SIZED: dict[str, str] = {
+    "two formats, its own decoder and THD packing together": "two formats, own decoder, packing",
+    "two formats, every field from every sample": "two formats",
+    "two formats, grouped into batches by format": "two formats, grouped batches",
+    "first-fit decreasing packer": "packing",
+    "THD packed TaskEncoder (concatenated sequence, cu_seqlens)": "packing (THD)",
+    "own-decoder (torchrgb images) TaskEncoder": "own decoder",
+    "DFM-style TaskEncoder (members passed on, decoded in encode_sample)": "own decoding, custom schema",
+}
+assert set(REAL_SIZED) <= set(CORRECT_TARGETS)
