@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import subprocess
 import sys
 import time
 import warnings
@@ -81,7 +80,11 @@ BATCH_SIZE = 4
 NUM_SAMPLES = 16  # 4 batches per epoch
 SAVE_AT = 4  # >= num_workers: Energon 7.4.1 races for 0 < k < num_workers (see resume._steps_for)
 CONTINUATION = 5
-SPIN_TIMEOUT_S = 30.0  # the child imports the wrapper's module (torch) in a few seconds
+#: seconds the child may take to import the wrapper's module (torch: a few seconds) and construct it
+START_TIMEOUT_S = 120.0
+#: seconds a wrapper's next() may take on empty input once called (the child says when it calls it)
+SPIN_TIMEOUT_S = 10.0
+_CALLING = b"CALLING next()"
 
 #: the child half of the spin checks: wraps [] or an exhausted iterator and calls next() once too often
 _CHILD = """
@@ -96,6 +99,7 @@ source = [] if sys.argv[2] == "empty" else iter([1, 2])
 wrapped = wrapper(source, **kwargs)
 if sys.argv[2] == "exhausted":
     next(wrapped), next(wrapped)
+print("CALLING next()", flush=True)
 try:
     value = next(wrapped)
 except BaseException as error:
@@ -179,20 +183,48 @@ def _spins(ctx: CheckContext, claims: ClaimRecorder) -> list[dict[str, Any]]:
         )
         for case in cases
     }
-    deadline = time.monotonic() + SPIN_TIMEOUT_S
     try:
-        for child in children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(max(0.1, deadline - time.monotonic()))
+        _await_spins(list(children.values()))
         return [_spin_verdict(claims, case, children[case]) for case in cases]
     finally:
         for child in children.values():
             stop(child)
 
 
+def _called(child: Any) -> bool:
+    """Whether the child has reached the next() call under test (it prints a line first)."""
+    child.stdout.seek(0)
+    return _CALLING in child.stdout.read()
+
+
+def _await_spins(children: list[Any]) -> None:
+    """Wait until every child ended, or ran :data:`SPIN_TIMEOUT_S` past its call of next(), or never got there
+    within :data:`START_TIMEOUT_S` (the clock of the spin starts at the call, not at the import)."""
+    started = time.monotonic()
+    called_at: dict[int, float] = {}
+    while True:
+        now = time.monotonic()
+        waiting = False
+        for index, child in enumerate(children):
+            if child.process.poll() is not None:
+                continue
+            if index not in called_at and _called(child):
+                called_at[index] = now
+            limit = called_at[index] + SPIN_TIMEOUT_S if index in called_at else started + START_TIMEOUT_S
+            waiting = waiting or now < limit
+        if not waiting:
+            return
+        time.sleep(0.05)
+
+
 def _spin_verdict(claims: ClaimRecorder, case: str, child: Any) -> dict[str, Any]:
     with claims.claim(case) as claim:
         claim.examined()
+        if child.process.poll() is None and not _called(child):
+            fail(
+                f"the wrapper could not be tried on {case} input: the child process did not import and construct "
+                f"it within {START_TIMEOUT_S:.0f} s (killed); its output: {child.stderr_tail(600)}"
+            )
         if child.process.poll() is None:
             what = "an empty loader" if case == "empty" else "an exhausted one-shot iterator (iter([1, 2]))"
             fail(
