@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for target in zoo_targets():
-            print(f"{target.attr:<36} {target.kind:<13} {target.name}")
+            real = f"  [real-sized: {target.real_sized}]" if target.real_sized else ""
+            print(f"{target.attr:<36} {target.kind:<13} {target.name}{real}")
         return 0
     from primus_energon.conformance.profiles import PROFILES
 
