@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["fingerprint", "first_difference", "digest", "tensor_bytes"]
+__all__ = ["array_tensor", "fingerprint", "first_difference", "digest", "tensor_bytes"]
+
+
+def array_tensor(array: np.ndarray) -> torch.Tensor:
+    """A numeric array as a tensor sharing its memory, for reading only: an array over read-only bytes (a
+    shard member) needs no copy, so torch's warning about non-writable arrays is not shown to the user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(array))
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:

@@ -41,7 +41,7 @@ from primus_energon.synthetic.schema import (
 )
 from primus_energon.tensorfile import read_tensor
 
-from .fingerprint import fingerprint, tensor_bytes
+from .fingerprint import array_tensor, fingerprint, tensor_bytes
 
 __all__ = [
     "Expectation",
@@ -201,7 +201,7 @@ def required_values(schema: Any, raw: Mapping[str, Any]) -> list[Any]:
         for expected in found:
             value = expected.value
             if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-                value = torch.from_numpy(np.ascontiguousarray(value))
+                value = array_tensor(value)
             if isinstance(value, (torch.Tensor, str)):
                 out.append(value)
     return out
@@ -232,7 +232,7 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-        return torch.from_numpy(np.ascontiguousarray(value))
+        return array_tensor(value)
     return None
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .fingerprint import tensor_bytes
+from .fingerprint import array_tensor, tensor_bytes
 
 __all__ = ["Payload", "Place", "Haystack", "payloads", "Trace", "trace", "required_by", "identity", "KEY"]
 
@@ -91,7 +91,7 @@ def _walk(value: Any, path: str, depth: int, out: list[tuple[str, Any]], *, skip
         out.append((path, value.detach().cpu()))
     elif isinstance(value, np.ndarray):
         if value.dtype.kind in "biufc":
-            out.append((path, torch.from_numpy(np.ascontiguousarray(value))))
+            out.append((path, array_tensor(value)))
         elif value.dtype == object:
             for index, item in enumerate(value.reshape(-1)[:MAX_LEAVES]):
                 _walk(item, _join(path, f"[{index}]"), depth + 1, out, skip_private=skip_private)
