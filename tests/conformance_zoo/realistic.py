@@ -10,17 +10,12 @@ from typing import Any
 import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
 
-from primus_energon import PayloadDecodeError, SafeSampleDecoder
+from primus_energon import SafeSampleDecoder
 
+from .correct import cook_decoded_input
 from .formats import cook_two_format_numpy
 
 __all__ = ["PackedTwoFormatTaskEncoder"]
-
-_PREENCODED = {
-    "latents": "latents.pth",
-    "prompt_embeds": "prompt_embeds.pth",
-    "pooled_prompt_embeds": "pooled_prompt_embeds.pth",
-}
 
 
 @dataclasses.dataclass
@@ -42,20 +37,7 @@ class Conditioned(Sample):
 @stateless
 def cook_decoded_preencoded(sample: dict) -> Conditioned:
     """The preencoded layout after the TaskEncoder's own decoder: members arrive as tensors and text."""
-    fields = {}
-    for field, member in _PREENCODED.items():
-        value = sample.get(member)
-        if not isinstance(value, torch.Tensor):
-            raise PayloadDecodeError(
-                f"member {member!r} is a {type(value).__name__}, expected a decoded tensor",
-                sample,
-                member=member,
-            )
-        fields[field] = value
-    caption = sample.get("caption.txt")
-    if caption is not None and not isinstance(caption, str):
-        raise PayloadDecodeError("caption.txt is not decoded text", sample, member="caption.txt")
-    return Conditioned(**basic_sample_keys(sample), **fields, caption=caption)
+    return Conditioned(**cook_decoded_input(sample))
 
 
 @stateless
