@@ -28,9 +28,14 @@ demo: $(STAMP)
 
 ## The test suite, in parallel, with a junit report in $(REPORTS)/.
 ## pytest exits 5 when it collects no tests; that is not a failure of the code under test.
+## The tests start a few hundred Python processes (pytest runs, workers, ranks). Where the environment sets
+## PYTHONDONTWRITEBYTECODE, each of them would compile this project and assertion-rewrite hypothesis afresh
+## (about 2 s a pytest process); their bytecode goes to $(PYCACHE) instead, never into the source tree.
+PYCACHE := $(abspath $(VENV))/pycache
 test: $(STAMP)
 	@mkdir -p $(REPORTS)
-	@$(BIN)/python -m pytest -n auto --junitxml=$(REPORTS)/junit.xml; rc=$$?; \
+	@PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(PYCACHE) \
+	  $(BIN)/python -m pytest -n auto --junitxml=$(REPORTS)/junit.xml; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)

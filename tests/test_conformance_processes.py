@@ -25,13 +25,14 @@ pytestmark = pytest.mark.slow
 
 def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Path) -> None:
     spec = "tests.conformance_zoo.pathological:HangsInARankTaskEncoder"
+    # the ranks hang whatever the limit: a short one only makes the test wait less
     (result,) = check_task_encoder(
-        spec, properties=["sharding"], profile="quick", workdir=tmp_path, timeout_s=45
+        spec, properties=["sharding"], profile="quick", workdir=tmp_path, timeout_s=20
     )
     assert result.claim("sharding/in_process").verdict == "pass", result.claim("sharding/in_process").message
     distributed = result.claim("sharding/distributed")
     assert distributed.verdict == "fail", distributed.message
-    assert "did not finish within 45 s" in distributed.message
+    assert "did not finish within 20 s" in distributed.message
     deadline = time.monotonic() + 5
     while live_processes("HangsInARankTaskEncoder") and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -127,8 +127,7 @@ def test_targets_that_cannot_cook_are_reported_never_crashed_on(name: str, tmp_p
             profile="quick",
             workdir=tmp_path,
             call_timeout_s=3,
-            timeout_s=25,
-            **options,
+            **{"timeout_s": 25, **options},
         )
     }
     errors = {c.id: c.message for r in results.values() for c in r.claims if c.verdict == "error"}

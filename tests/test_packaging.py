@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,10 +21,18 @@ MAPPED = {
 pytestmark = pytest.mark.slow
 
 
+#: what a checkout holds that is not its source (environments, caches, reports)
+NOT_SOURCE = (".git", ".venv", ".nox", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    # built from a copy: setuptools writes build/ and *.egg-info into the tree it builds, so two xdist
+    # workers building this checkout at once would collide
+    source = tmp_path_factory.mktemp("source") / "primus-energon"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE, "reports", "site"))
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    build = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -34,12 +43,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
             "--no-build-isolation",
             "-w",
             str(out),
-            str(REPO),
+            str(source),
         ],
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    assert build.returncode == 0, build.stderr[-3000:]
     (built,) = out.glob("primus_energon-*.whl")
     return zipfile.ZipFile(built)
 

@@ -71,7 +71,8 @@ PATHOLOGICAL_TARGETS: dict[str, tuple[str, str, dict]] = {
     "refuses every sample": ("cooker", "cook_raises_always", {"encoding": "preencoded"}),
     "returns nothing": ("cooker", "cook_returns_none", {"encoding": "preencoded"}),
     "returns text, not a sample": ("cooker", "cook_returns_text", {"encoding": "preencoded"}),
-    "hangs": ("cooker", "cook_hangs", {"encoding": "preencoded"}),
+    # its probe child hangs too, whatever the limit: a short one only makes the test wait less
+    "hangs": ("cooker", "cook_hangs", {"encoding": "preencoded", "timeout_s": 12}),
     "decoder refuses every sample": ("task_encoder", "RefusingDecoderTaskEncoder", {}),
     "registers no cookers": ("task_encoder", "NoCookersTaskEncoder", {}),
 }
