@@ -18,6 +18,7 @@ from megatron.energon import (
 )
 
 from primus_energon.energon_compat import (
+    SHORT_LOADER_SETTINGS,
     get_train_dataset,
     get_val_dataset,
     log_exception,
@@ -257,10 +258,9 @@ def _build(
             task_encoder=task_encoder,
             **packing,
         )
-    # Energon's GcDataset runs gc.collect() as each iteration starts and every few batches: a safeguard for
-    # days-long training runs that costs ~0.15 s a loader in a process holding torch, pytest and hypothesis,
-    # and the suite builds dozens of short loaders per target. It does not touch the samples or the state.
-    return get_savable_loader(dataset, **{"gc_collect_every_n_steps": 0, **loader_kwargs})
+    # The suite builds dozens of short loaders per target in one process: no periodic gc.collect() and no
+    # watchdog thread left behind per iteration (SHORT_LOADER_SETTINGS says why); neither touches a sample.
+    return get_savable_loader(dataset, **{**SHORT_LOADER_SETTINGS, **loader_kwargs})
 
 
 @contextlib.contextmanager

@@ -17,12 +17,17 @@
   7.3; before, ``log_exception`` lives in ``megatron.energon.wrappers._log_exception``, and the
   ``reraise_exception`` of ``megatron.energon.flavors.webdataset.structs`` wraps the error in a bare
   ``Exception``: here it raises the error as it is, as on 7.3+.
+- **The loader's watchdog.** Where Energon's loaders take ``watchdog_timeout_seconds``, each iteration of a
+  loader starts a watchdog thread that ``Watchdog.watch_iter`` never finishes: in a loader without workers
+  (``num_workers=0``) it stays for the life of the process, waking every second. :data:`SHORT_LOADER_SETTINGS`
+  turns it (and the periodic ``gc.collect()``) off for short loaders in a long-lived process.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import os
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -46,6 +51,7 @@ __all__ = [
     "get_train_dataset",
     "get_val_dataset",
     "short_loader",
+    "SHORT_LOADER_SETTINGS",
 ]
 
 #: ``(exception, sample, sources)``: what Energon calls for a sample a stage raised on.
@@ -186,10 +192,30 @@ class _Handler:
         self.handler(error, sample, sources)
 
 
+def _short_loader_settings() -> dict[str, Any]:
+    from megatron.energon.savable_loader import SavableDataLoader
+
+    settings: dict[str, Any] = {"gc_collect_every_n_steps": 0}
+    if "watchdog_timeout_seconds" in inspect.signature(SavableDataLoader.__init__).parameters:
+        settings["watchdog_timeout_seconds"] = None
+    return settings
+
+
+#: Loader settings (``get_savable_loader``, ``BasicDataLoader``) for the many short loaders of one long-lived
+#: process (the conformance suite builds dozens per target). Neither setting changes a sample or a state:
+#: - ``gc_collect_every_n_steps=0``: Energon's GcDataset runs ``gc.collect()`` as each iteration starts and
+#:   every few batches, a safeguard for days-long runs that costs ~0.15 s a loader in a process holding
+#:   torch, pytest and hypothesis.
+#: - ``watchdog_timeout_seconds=None`` (where the loaders have a watchdog): each iteration starts a watchdog
+#:   thread that is never finished; without workers it stays, waking every second. Hundreds pile up, and a
+#:   loader that forks its workers from such a process can wait out torch's 5-second join per worker when it
+#:   shuts down. The suite's own time limits (:func:`call_with_timeout`, child timeouts) stand in for it.
+SHORT_LOADER_SETTINGS: dict[str, Any] = _short_loader_settings()
+
+
 def short_loader(dataset: SavableDataset) -> Any:
-    """Energon's plain (not savable) loader for a short read of ``dataset``, without the periodic
-    ``gc.collect()`` of Energon's GcDataset (a safeguard for long training runs that costs ~0.15 s per
-    loader in a large process). Same samples, same order as ``megatron.energon.get_loader(dataset)``."""
+    """Energon's plain (not savable) loader for a short read of ``dataset``, with
+    :data:`SHORT_LOADER_SETTINGS`. Same samples, same order as ``megatron.energon.get_loader(dataset)``."""
     from megatron.energon.savable_loader import BasicDataLoader
 
-    return BasicDataLoader(dataset, gc_collect_every_n_steps=0)
+    return BasicDataLoader(dataset, **SHORT_LOADER_SETTINGS)

@@ -11,6 +11,14 @@ from tests.helpers import SMALL_SHAPES
 
 
 @pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One conformance workspace per test process (``workdir=`` of the check functions): the datasets the
+    suite generates are named by their contents and made once, whichever test asks first. Each check's own
+    files (probe markers, record sinks, child outputs) stay per check, as in a user's run."""
+    return tmp_path_factory.mktemp("conformance-workspace")
+
+
+@pytest.fixture(scope="session")
 def preencoded_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 clean preencoded samples in 4 shards of 6, small float32 tensors."""
     out = tmp_path_factory.mktemp("data") / "preencoded"

@@ -23,12 +23,6 @@ from primus_energon.synthetic import generate_dataset, write_metadataset
 ZOO = "tests.conformance_zoo.blend_broken"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One workspace for the module: the generated datasets are made once."""
-    return tmp_path_factory.mktemp("blend")
-
-
 @pytest.fixture
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power against w = 0.2 instead of the ci profile's 0.05: 16x fewer draws (the broken targets deviate
@@ -52,7 +46,6 @@ def test_statistical_parameters() -> None:
     assert (blend.WORLD_SIZE, blend.NUM_WORKERS) == (2, 2)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "spec"),
     [
@@ -88,7 +81,6 @@ def test_reference_targets_pass(kind: str, spec: str, workdir: Path, fast: None)
     assert "NVIDIA/Megatron-Energon#266" in result.details["summary"]
 
 
-@pytest.mark.slow
 def test_filtering_after_the_blend_fails(workdir: Path, fast: None) -> None:
     result = _blend("task_encoder", f"{ZOO}:FiltersOneSourceTaskEncoder", workdir)
     claim = result.claim("blend/ratios")
@@ -103,7 +95,6 @@ def test_filtering_after_the_blend_fails(workdir: Path, fast: None) -> None:
     assert result.reproduce.endswith("--conformance-property blend")
 
 
-@pytest.mark.slow
 def test_cooker_dropping_entry_subflavors_is_advice(workdir: Path, fast: None) -> None:
     (keys, result) = check_cooker(
         f"{ZOO}:KEEPS_KNOWN_SUBFLAVORS", properties=["keys", "blend"], profile="ci", workdir=workdir
@@ -130,7 +121,6 @@ def _dataset(root: Path, name: str) -> Path:
     return root / name
 
 
-@pytest.mark.slow
 def test_user_metadataset_with_a_dataset_twice_fails(tmp_path: Path, fast: None) -> None:
     a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
     inner = write_metadataset(tmp_path / "sub" / "inner.yaml", [(a, 1.0), (b, 2.0)], legacy=True)

@@ -20,12 +20,6 @@ from primus_energon.conformance.results import PropertyResult
 ZOO = "tests.conformance_zoo.determinism_broken"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One workspace for the module: the generated datasets are made once."""
-    return tmp_path_factory.mktemp("determinism")
-
-
 def _determinism(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
     check = check_cooker if kind == "cooker" else check_task_encoder
     (result,) = check(target, properties=["determinism"], profile="quick", workdir=workdir, **options)
@@ -54,8 +48,14 @@ def test_reference_targets_pass(kind: str, spec: str, workdir: Path) -> None:
     assert set(result.details["child_seconds"]) == {"a", "b"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("attr", ["HASH_NOISE_COOKER", "PID_NOISE_COOKER", "UNSEEDED_JITTER_COOKER"])
+@pytest.mark.parametrize(
+    "attr",
+    [
+        pytest.param("HASH_NOISE_COOKER", marks=pytest.mark.slow),
+        "PID_NOISE_COOKER",
+        pytest.param("UNSEEDED_JITTER_COOKER", marks=pytest.mark.slow),
+    ],
+)
 def test_process_dependent_cookers_fail(attr: str, workdir: Path) -> None:
     result = _determinism("cooker", f"{ZOO}:{attr}", workdir)
     claim = result.claim("determinism/fresh_processes")
@@ -95,7 +95,6 @@ def test_target_a_fresh_process_cannot_import_is_skipped(workdir: Path) -> None:
         assert claim.verdict == "skip" and "not importable" in claim.message, claim
 
 
-@pytest.mark.slow
 def test_a_child_that_does_not_finish_fails_naming_its_command(workdir: Path) -> None:
     """A one-second limit on the two children (each needs several seconds to import torch and Energon):
     fresh_processes fails with the command, and seed, which needs their output, is skipped saying why."""

@@ -19,12 +19,6 @@ from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE
 ZOO = "tests.conformance_zoo.dispatch_broken"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One workspace for the module: the generated datasets are made once."""
-    return tmp_path_factory.mktemp("dispatch")
-
-
 def _dispatch(target: object, workdir: Path) -> PropertyResult:
     (result,) = check_task_encoder(target, properties=["dispatch"], profile="quick", workdir=workdir)
     return result

@@ -12,8 +12,6 @@ from tests.helpers import run_pytest
 
 REPO = Path(__file__).parents[1]
 
-pytestmark = pytest.mark.slow
-
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_pytest(cwd, *args)
@@ -55,6 +53,7 @@ def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
     assert "test_property" in junit and "conformance_result" in junit
 
 
+@pytest.mark.slow
 def test_xfails_file_turns_the_failure_into_xfail_and_warns_on_unmatched_ids(tmp_path: Path) -> None:
     xfails = tmp_path / "xfails.txt"
     xfails.write_text("# known problems\nfidelity]  # strips captions on purpose\ntest_no_such_property\n")
@@ -76,6 +75,7 @@ def test_xfails_file_turns_the_failure_into_xfail_and_warns_on_unmatched_ids(tmp
     assert "test_no_such_property" in run.stdout and "match no conformance test" in run.stdout
 
 
+@pytest.mark.slow
 def test_reference_cooker_exits_0(tmp_path: Path) -> None:
     run = _pytest(
         tmp_path,
@@ -90,6 +90,7 @@ def test_reference_cooker_exits_0(tmp_path: Path) -> None:
     assert "3 passed" in run.stdout
 
 
+@pytest.mark.slow
 def test_wrappers_get_the_wrapper_property_only(tmp_path: Path) -> None:
     """--wrapper collects one test per wrapper (its own property); the reference passes, a wrapper that
     spins on an empty loader fails that claim, and the run ends without a child process left."""
@@ -138,6 +139,7 @@ def test_the_plugin_imports_nothing_heavy_without_a_target(tmp_path: Path) -> No
     assert "1 passed" in run.stdout
 
 
+@pytest.mark.slow
 def test_the_suite_loads_only_with_a_target_and_under_its_installed_name(tmp_path: Path) -> None:
     """The same probe with a target given sees the suite load (so the probe above can fail), as
     ``primus_energon.conformance`` only: never as a top-level ``conformance``, the name of the source folder,
@@ -156,6 +158,7 @@ def test_the_suite_loads_only_with_a_target_and_under_its_installed_name(tmp_pat
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -198,6 +201,7 @@ def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, args: list[str], e
     assert "test_property" not in output and "Traceback" not in output and len(output.splitlines()) < 6
 
 
+@pytest.mark.slow
 def test_advice_is_reported_not_failed_unless_strict(tmp_path: Path) -> None:
     """A correct cooker whose errors do not name the sample passes with advice in the summary and the
     report; --conformance-strict turns the advice into a failure."""
@@ -222,6 +226,7 @@ def test_advice_is_reported_not_failed_unless_strict(tmp_path: Path) -> None:
     assert "[advice] bad_input/names_sample" in strict.stdout
 
 
+@pytest.mark.slow
 def test_an_xfails_file_can_name_one_claim(tmp_path: Path) -> None:
     """Listing one claim turns only that claim's failure into xfail: another failing claim of the same
     property still fails the run."""
@@ -243,6 +248,7 @@ def test_an_xfails_file_can_name_one_claim(tmp_path: Path) -> None:
     assert "1 xfailed" in run.stdout
 
 
+@pytest.mark.slow
 def test_a_project_that_uses_the_short_option_names_keeps_them(tmp_path: Path) -> None:
     """Installing this package must not break a test suite whose conftest adds --dataset or --encoding (a
     duplicate option name stops pytest): the project keeps them, the suite answers to --conformance-*."""

@@ -65,7 +65,6 @@ def test_the_stack_tells_a_decoder_from_the_targets_own_load() -> None:
     assert _ran_by(own_stack) == ("target", "the target's own code at /home/u/mypkg/cookers.py:12 (in cook)")
 
 
-@pytest.mark.slow
 def test_torch_load_without_weights_only_is_caught_only_under_the_override(tmp_path: Path) -> None:
     (result,) = check_cooker(
         "tests.conformance_zoo.broken:cook_default_torch_load",
@@ -84,7 +83,6 @@ def test_torch_load_without_weights_only_is_caught_only_under_the_override(tmp_p
     assert "'latents.pth'" in claim.message and "payload" not in claim.message
 
 
-@pytest.mark.slow
 def test_energons_default_decoder_is_named_with_every_member_it_ran(tmp_path: Path) -> None:
     (result,) = check_task_encoder(
         "tests.conformance_zoo.broken:DefaultDecoderTaskEncoder",
@@ -101,7 +99,6 @@ def test_energons_default_decoder_is_named_with_every_member_it_ran(tmp_path: Pa
     assert claim.examined == 16
 
 
-@pytest.mark.slow
 def test_a_target_no_fresh_process_can_rebuild_is_probed_in_process(tmp_path: Path) -> None:
     """The probe is never skipped: an object defined here cannot be imported by a child, so it runs here."""
 

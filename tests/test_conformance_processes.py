@@ -20,9 +20,8 @@ from primus_energon.conformance.subprocesses import (
 )
 from tests.helpers import live_processes
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Path) -> None:
     spec = "tests.conformance_zoo.pathological:HangsInARankTaskEncoder"
     # the ranks hang whatever the limit: a short one only makes the test wait less

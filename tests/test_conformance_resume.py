@@ -28,12 +28,6 @@ ZOO = "tests.conformance_zoo.resume_broken"
 ROUTES = ("resume/checkpoint", "resume/wrapper", "resume/resaved")
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One workspace for the module: the generated datasets are made once."""
-    return tmp_path_factory.mktemp("resume")
-
-
 def _resume(kind: str, spec: str, workdir: Path, profile: str = "quick") -> PropertyResult:
     check = check_cooker if kind == "cooker" else check_task_encoder
     (result,) = check(spec, properties=["resume"], profile=profile, workdir=workdir)
@@ -51,7 +45,6 @@ def _assert_fails(result: PropertyResult, claim_id: str) -> str:
     return claim.message
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "spec"),
     [
@@ -117,7 +110,6 @@ def test_state_in_the_task_encoder_fails(workdir: Path) -> None:
         assert ".step: expected 3, observed 0" in _assert_fails(result, claim_id)
 
 
-@pytest.mark.slow
 def test_a_stale_state_saved_right_after_a_restore_fails_resaved_only(workdir: Path) -> None:
     """The counter is restored lazily (at the next pass), and a save before that pass reports the old
     counter: restoring directly or through the wrapper continues right, restoring the re-saved state not."""
@@ -133,7 +125,6 @@ def test_a_stale_state_saved_right_after_a_restore_fails_resaved_only(workdir: P
     assert "num_workers=2" not in message
 
 
-@pytest.mark.slow
 def test_a_save_between_restore_and_first_batch_fails_the_wrapper(workdir: Path) -> None:
     """The save drops the pending restore. With 0 workers only the wrapper, which saves right after
     restoring, continues at the wrong batch; with workers Energon saves in each worker after a restore."""

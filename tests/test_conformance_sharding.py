@@ -24,12 +24,6 @@ from primus_energon.energon_compat import energon_key
 ZOO = "tests.conformance_zoo.sharding_broken"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One workspace for the module: the generated datasets are made once."""
-    return tmp_path_factory.mktemp("sharding")
-
-
 def _sharding(kind: str, target: object, workdir: Path, **options: object) -> PropertyResult:
     # ci: world sizes 2 and 4 (quick checks 2 only)
     check = check_cooker if kind == "cooker" else check_task_encoder

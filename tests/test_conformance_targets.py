@@ -146,7 +146,6 @@ def test_a_task_encoder_built_with_arguments_on_the_command_line_passes(tmp_path
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [

@@ -24,11 +24,6 @@ NUMBERS = (
 )
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("throughput")
-
-
 def _throughput(kind: str, target: str, workdir: Path, **options: object) -> PropertyResult:
     check = check_cooker if kind == "cooker" else check_task_encoder
     (result,) = check(target, properties=["throughput"], profile="quick", workdir=workdir, **options)

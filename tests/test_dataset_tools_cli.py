@@ -70,8 +70,15 @@ def energon_prepare(root: Path, *options: str) -> subprocess.CompletedProcess[st
     [("preencoded", ("--split-ratio", "1,0,0")), ("raw", ("--split-ratio", "0.5,0.5,0"))],
 )
 def test_validate_accepts_a_dataset_energon_prepare_wrote_without_subflavors(
-    tmp_path_factory, tmp_path, kind, split
+    tmp_path_factory, tmp_path, capsys, kind, split
 ):
+    """Energon's CLI prepares in a subprocess; validate runs in process (its subprocess form is tested below)."""
+
+    def validate(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(["validate", str(root), "--workers", "1", "--no-progress", *args])
+        return code, capsys.readouterr().out
+
     src, _ = dataset(tmp_path_factory, f"clean-{kind}", **(PRE if kind == "preencoded" else RAW))
     root = unprepared(src, tmp_path / "ds")
     prepared = energon_prepare(
@@ -80,28 +87,25 @@ def test_validate_accepts_a_dataset_energon_prepare_wrote_without_subflavors(
     assert prepared.returncode == 0, prepared.stdout[-2000:] + prepared.stderr[-2000:]
     written = yaml.safe_load((root / ".nv-meta" / "dataset.yaml").read_text())
     assert written == {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}  # no subflavors
-    run = cli("validate", str(root), "--workers", "1", "--no-progress")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "encoding-mismatch" not in run.stdout and "ERROR" not in run.stdout
-    assert f"encoding {kind} (from detected)" in run.stdout
-    assert (
-        "note: .nv-meta/dataset.yaml declares no subflavors.encoding, which Energon does not need"
-        in run.stdout
-    )
-    assert f"the {kind} encoding (inferred from the members)" in run.stdout
-    doc = json.loads(cli("validate", str(root), "--json", "-", "--workers", "1", "--no-progress").stdout)
+    code, out = validate()
+    assert code == 0, out[-3000:]
+    assert "encoding-mismatch" not in out and "ERROR" not in out
+    assert f"encoding {kind} (from detected)" in out
+    assert "note: .nv-meta/dataset.yaml declares no subflavors.encoding, which Energon does not need" in out
+    assert f"the {kind} encoding (inferred from the members)" in out
+    doc = json.loads(validate("--json", "-")[1])
     assert doc["ok"] is True and doc["problems"] == [] and doc["summary"]["warnings"] == 0
     assert doc["encoding"]["declared"] is None and doc["encoding"]["used"] == kind
     # --strict fails on warnings; the note is none
-    assert cli("validate", str(root), "--strict", "--workers", "1", "--no-progress").returncode == 0
+    assert validate("--strict")[0] == 0
     # a declared encoding the members contradict is still an error
     other = "raw" if kind == "preencoded" else "preencoded"
     (root / ".nv-meta" / "dataset.yaml").write_text(
         f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  encoding: {other}\n"
     )
-    run = cli("validate", str(root), "--workers", "1", "--no-progress")
-    assert run.returncode == 1 and "encoding-mismatch" in run.stdout, run.stdout[-3000:]
-    assert "note:" not in run.stdout
+    code, out = validate()
+    assert code == 1 and "encoding-mismatch" in out, out[-3000:]
+    assert "note:" not in out
 
 
 # -- finalize --------------------------------------------------------------------------------------------------

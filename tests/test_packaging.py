@@ -18,9 +18,6 @@ MAPPED = {
     "synthetic": "primus_energon/synthetic",
 }
 
-pytestmark = pytest.mark.slow
-
-
 #: what a checkout holds that is not its source (environments, caches, reports)
 NOT_SOURCE = (".git", ".venv", ".nox", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache")
 
@@ -55,12 +52,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return zipfile.ZipFile(built)
 
 
+@pytest.mark.slow
 def test_only_the_project_namespace_is_installed(wheel: zipfile.ZipFile) -> None:
     """No generic top-level package (``conformance``, ``synthetic``) that a user's own could collide with."""
     top = {name.split("/")[0] for name in wheel.namelist()}
     assert {t for t in top if not t.endswith(".dist-info")} == {"primus_energon"}
 
 
+@pytest.mark.slow
 def test_every_source_module_is_installed_under_its_mapped_name(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     expected = {
@@ -76,6 +75,7 @@ def test_every_source_module_is_installed_under_its_mapped_name(wheel: zipfile.Z
     assert schemas and schemas <= names
 
 
+@pytest.mark.slow
 def test_entry_points_name_installed_modules(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()

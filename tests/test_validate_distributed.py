@@ -19,8 +19,6 @@ from primus_energon.datasets.distributed import assign_shards
 from primus_energon.synthetic import LoopbackObjectStore, generate_dataset, write_metadataset
 from tests.helpers import SMALL_SHAPES
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -84,6 +82,7 @@ def test_assign_shards_balances_bytes_and_is_deterministic() -> None:
     assert assign_shards(names, sizes, 8)[7] == []  # more ranks than shards: some read nothing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "ranks"), [("faulty", 2), ("faulty", 4), ("mix", 2)])
 def test_torchrun_report_equals_the_single_process_report(
     data: dict[str, Path], tmp_path: Path, name: str, ranks: int
@@ -107,6 +106,7 @@ def test_torchrun_report_equals_the_single_process_report(
     assert "Dataset" in dist.stdout and dist.stdout.count("FAILED:") == 1  # rank 0 reports, once
 
 
+@pytest.mark.slow
 def test_torchrun_over_object_storage_equals_the_local_report(data: dict[str, Path], tmp_path: Path) -> None:
     local = run(validate_cmd(data["faulty"], tmp_path / "local.json", "--workers", "1"))
     assert local.returncode == 1
@@ -140,6 +140,7 @@ def _rank_pid(rank: int, report: Path, deadline: float) -> int:
     raise AssertionError(f"rank {rank} never started")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["hangs", "dies"])
 def test_a_rank_that_hangs_or_dies_fails_the_run_naming_it(
     data: dict[str, Path], tmp_path: Path, how: str
