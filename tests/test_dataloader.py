@@ -95,17 +95,19 @@ def test_restored_run_continues_exactly(preencoded_dataset: Path, num_workers: i
             preencoded_dataset, EncodedDiffusionTaskEncoder, batch_size=4, num_workers=num_workers, seed=11
         )
 
-    reference = build()
-    _take(reference, save_at)
-    state = reference.save_state()
-    expected = _fingerprint(_take(reference, 8))
+    # each loader is closed as soon as it is read: one dropped with its workers running waits out torch's
+    # 5-second join per worker when the garbage collector frees it, in whichever test that happens
+    with build() as reference:
+        _take(reference, save_at)
+        state = reference.save_state()
+        expected = _fingerprint(_take(reference, 8))
 
-    restored = build()
-    restored.restore_state(state)
-    assert _fingerprint(_take(restored, 8)) == expected
+    with build() as restored:
+        restored.restore_state(state)
+        assert _fingerprint(_take(restored, 8)) == expected
 
-    fresh = build()
-    assert _fingerprint(_take(fresh, save_at + 8))[save_at:] == expected, "the uninterrupted run agrees"
+    with build() as fresh:
+        assert _fingerprint(_take(fresh, save_at + 8))[save_at:] == expected, "the uninterrupted run agrees"
 
 
 def test_same_state_can_be_restored_twice_mid_run(preencoded_dataset: Path) -> None:

@@ -182,15 +182,15 @@ def test_info_full_reads_every_remote_sample_once(store: LoopbackObjectStore, lo
 def test_get_loader_reads_every_remote_sample_exactly_once(
     store: LoopbackObjectStore, local: dict[str, Path], num_workers: int
 ) -> None:
-    wrapper = get_loader(
+    with get_loader(
         store.url("clean"),
         EncodedDiffusionTaskEncoder,
         batch_size=4,
         mode="val",
         split_part="train",
         num_workers=num_workers,
-    )
-    keys = [key for batch in wrapper.dataloader for key in batch["__key__"]]
+    ) as wrapper:
+        keys = [key for batch in wrapper.dataloader for key in batch["__key__"]]
     expected = Manifest.load(local["clean"] / "manifest.json").keys("train")
     assert len(keys) == len(expected) and sorted(key_in_shard(k) for k in keys) == sorted(expected)
 
