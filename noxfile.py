@@ -67,7 +67,8 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """Run the test suite with xdist; extra arguments go to pytest."""
+    """Run the test suite, both tiers (as CI does), with xdist; extra arguments go to pytest
+    (`nox -s tests -- -m "not slow"`: the fast tier, as `make test`)."""
     _install(session)
     session.run(
         "pytest", "-n", "auto", "--junitxml=reports/junit.xml", *session.posargs, env=_bytecode_cache(session)
