@@ -114,6 +114,7 @@ def test_validate_remote_equals_validate_local(
         assert remote["ok"] and not remote["problems"]
 
 
+@pytest.mark.slow  # a fresh process over object storage: the slow tier
 def test_validate_cli_on_a_remote_dataset(
     store: LoopbackObjectStore, local: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -301,6 +302,7 @@ def test_quick_profile_passes_the_reference_task_encoder_on_a_remote_dataset(
     assert " error" not in claims_line(remote.stdout)
 
 
+@pytest.mark.slow  # a fresh process over object storage: the slow tier
 def test_conformance_dataset_that_is_not_there_is_a_usage_error(
     store: LoopbackObjectStore, tmp_path: Path
 ) -> None:
