@@ -71,9 +71,6 @@ SHARD_SIZE = 6
 #: batches compared after each restore
 CONTINUATION = 4
 WORKER_COUNTS = (0, 2)
-#: Energon's GcDataset (gc.collect() every N batches, gc.freeze() at start) is a pass-through that costs
-#: ~0.1-0.3 s per loader in a large process; it changes no batch, so the check leaves it out.
-_LOADER = {"gc_collect_every_n_steps": 0}
 
 _ROUTES = {
     "direct": "restore_state_rank() on a fresh loader",
@@ -128,9 +125,7 @@ def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int],
     batches: list[Any] = []
     keys: list[list[str] | None] = []
     restore_keys: list[Any] = []
-    loader = build_loader(
-        ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed, **_LOADER
-    )
+    loader = build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed)
     with closing(loader):
         if 0 in steps:
             states[0] = copy.deepcopy(loader.save_state_rank())
@@ -151,9 +146,7 @@ def _continue(
 ) -> tuple[list[Any], Any]:
     """The next CONTINUATION batches of a fresh loader restored along ``route``, and (for the wrapper
     route) the state it saved right after the restore."""
-    loader = build_loader(
-        ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed, **_LOADER
-    )
+    loader = build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed)
     with closing(loader):
         if route == "wrapper":
             wrapper = MegatronDataloaderWrapper(loader)
@@ -237,9 +230,7 @@ def _check_restore_sample(
 ) -> int:
     """Every batch in ``wanted`` is rebuilt by ``loader.restore_sample(its __restore_key__)``."""
     checked = 0
-    loader = build_loader(
-        ctx.target, path, batch_size=BATCH_SIZE, num_workers=ref.num_workers, seed=ctx.seed, **_LOADER
-    )
+    loader = build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=ref.num_workers, seed=ctx.seed)
     with closing(loader):
         for index in wanted:
             checked += 1
