@@ -1,5 +1,6 @@
 """No process outlives its check: a target that hangs inside a torch.distributed rank is reported, and the
-torchrun agent and both rank processes (which torchrun starts in sessions of their own) are ended."""
+torchrun agent and both rank processes (which torchrun starts in sessions of their own) are ended; no thread
+outlives an in-process check either."""
 
 from __future__ import annotations
 
@@ -111,3 +112,28 @@ def test_children_run_under_an_address_space_cap_and_a_failure_names_it(monkeypa
     assert "caps each child process at 1.0 GiB of address space" in str(failure.value)
     monkeypatch.setenv(CHILD_MEMORY_VARIABLE, "0")
     assert child_memory_cap() is None
+
+
+def test_the_suites_loaders_leave_no_thread_behind(workdir: Path) -> None:
+    """An in-process check builds dozens of loaders; none leaves a thread running after the check (Energon's
+    watchdog thread, started at each iteration and never finished, piled up by the hundred in one process)."""
+    import threading
+
+    check_task_encoder(
+        "primus_energon:EncodedDiffusionTaskEncoder",
+        properties=["accepted"],
+        profile="quick",
+        workdir=workdir,
+    )  # the dataset and the process's one-off threads (tqdm's monitor) exist before the count
+    before = set(threading.enumerate())
+    results = check_task_encoder(
+        "primus_energon:EncodedDiffusionTaskEncoder",
+        properties=["fidelity", "resume", "purity"],
+        profile="quick",
+        workdir=workdir,
+    )
+    assert all(r.verdict == "pass" for r in results), [(r.property, r.message) for r in results]
+    deadline = time.monotonic() + 10  # threads a closed loader is ending may take a moment
+    while (left := [t for t in threading.enumerate() if t not in before]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"{len(left)} thread(s) left running: {sorted({t.name for t in left})[:5]}"
