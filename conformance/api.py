@@ -173,10 +173,14 @@ def _apply_expected(result: PropertyResult, expected: Mapping[str, str]) -> None
 
 
 def _conclude(result: PropertyResult, ctx: CheckContext, prop: Property) -> None:
-    """The property's verdict and message from its claims' (worst first)."""
+    """The property's verdict and message from its claims' (worst first; inconclusive claims, which fail
+    only under strict, last)."""
     claims = result.claims
-    counted = ("fail", "advice") if ctx.strict else ("fail",)
-    failed = sorted((c for c in claims if c.verdict in counted), key=_severity)
+    counted = ("fail", "advice", "inconclusive") if ctx.strict else ("fail",)
+    failed = sorted(
+        (c for c in claims if c.verdict in counted),
+        key=lambda c: (c.verdict == "inconclusive", *_severity(c)),
+    )
     errors = [c for c in claims if c.verdict == "error"]
     blocked = result.details.get("blocked")
     if errors:
@@ -187,11 +191,14 @@ def _conclude(result: PropertyResult, ctx: CheckContext, prop: Property) -> None
         result.verdict = "xfail"
     elif blocked or all(c.verdict == "skip" for c in claims):
         result.verdict = "skip"
+    elif all(c.verdict in ("skip", "inconclusive") for c in claims):
+        result.verdict = "inconclusive"  # nothing judged; some claims could not be
     else:
         result.verdict = "pass"
     lines = []
     for claim in failed + errors:
-        lines.append(f"[{claim.harm}] {claim.id}: {_indent(claim.message)}")
+        tag = "inconclusive" if claim.verdict == "inconclusive" else claim.harm
+        lines.append(f"[{tag}] {claim.id}: {_indent(claim.message)}")
         if claim.fix:
             lines.append(f"    fix: {claim.fix}")
     if result.verdict == "skip":
@@ -202,6 +209,8 @@ def _conclude(result: PropertyResult, ctx: CheckContext, prop: Property) -> None
         )
     elif result.verdict == "xfail":
         lines += [f"{c.id}: {c.message}" for c in claims if c.verdict == "xfail"]
+    elif result.verdict == "inconclusive":
+        lines += [f"{c.id}: {_indent(c.message)}" for c in claims if c.verdict == "inconclusive"]
     result.message = "\n".join(lines)
     if result.verdict in ("fail", "error"):
         result.reproduce = ctx.reproduce(prop.id)
@@ -268,7 +277,8 @@ def check_cooker(
     ``packing_buffer_size`` and ``batch_size`` set the loaders that pack (default: the TaskEncoder's own
     ``packing_buffer_size`` attribute, else the packing property's 8, and 2 packs per batch).
     Options: ``profile`` ("quick", "ci", "thorough"), ``seed``, ``encoding``, ``schema`` (file),
-    ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice fails too),
+    ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice and
+    inconclusive claims fail too),
     ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``.
     ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
     ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.

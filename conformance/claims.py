@@ -5,7 +5,10 @@ A property (``bad_input``) is a list of claims (``bad_input/code_execution``, ``
 either a **defect** claim, whose failure means the target can lose, corrupt, duplicate or reorder data,
 break determinism or checkpoint resume, let bad input become a training sample or run code from a shard
 (the run fails), or an **advice** claim: an opinion the suite reports (terminal summary, ``report.json``'s
-``advice``, ``report.md``) without changing the exit status, unless ``--conformance-strict``.
+``advice``, ``report.md``) without changing the exit status, unless ``--conformance-strict``. A claim the
+suite could not judge (it could not build data that exercises it, or the target cannot cook the data the
+suite derived although it cooks the user's own) is **inconclusive**: never a defect and never a pass,
+listed like advice, changing the exit status only under ``--conformance-strict``.
 
 A check uses a :class:`ClaimRecorder`::
 
@@ -14,9 +17,14 @@ A check uses a :class:`ClaimRecorder`::
         claim.examined()                 # one more case looked at
         claim.problem("...")             # a violation; the claim goes on
         fail("...")                      # a violation that ends this claim (PropertyFailure)
+        claim.inconclusive("...")        # this claim cannot be judged; it goes on (problems still win)
+        raise Inconclusive("...")        # the same, ending this claim
     claims.not_applicable("images", "the format has no image members")
+    claims.inconclusive("unicode", "no text member to vary")   # a claim the check does not run
 
-A claim that examined nothing and found nothing fails: it has not passed. An exception the target raised
+A claim that examined nothing and found nothing fails: it has not passed (unless it was declared
+inconclusive). :class:`~primus_energon.conformance.results.Inconclusive` raised outside any claim makes
+every claim the check did not reach inconclusive. An exception the target raised
 on clean data (:class:`~primus_energon.conformance.execution.TargetError`) fails the claim it happened in; any other
 exception is the suite's own defect and gives the verdict ``error``.
 """
@@ -31,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
-from .results import PropertyFailure, PropertySkipped
+from .results import Inconclusive, PropertyFailure, PropertySkipped
 
 __all__ = [
     "Harm",
@@ -42,7 +50,7 @@ __all__ = [
     "ClaimVerdict",
 ]
 
-ClaimVerdict = Literal["pass", "fail", "advice", "skip", "xfail", "error"]
+ClaimVerdict = Literal["pass", "fail", "advice", "skip", "xfail", "error", "inconclusive"]
 
 
 class Harm(IntEnum):
@@ -112,7 +120,7 @@ class ClaimResult:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("pass", "skip", "xfail", "advice")
+        return self.verdict in ("pass", "skip", "xfail", "advice", "inconclusive")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +136,8 @@ class ClaimCheck:
     count: int = 0
     why_nothing: str = ""
     notes: list[str] = field(default_factory=list)
+    #: why this claim cannot be judged (see :meth:`inconclusive`)
+    reasons: list[str] = field(default_factory=list)
 
     def examined(self, count: int = 1) -> None:
         """Record that ``count`` more cases were examined (a claim that examined none has not passed)."""
@@ -154,6 +164,12 @@ class ClaimCheck:
                 message += f" (sample {shown})" if len(keys) == 1 else f" ({len(keys)} samples: {shown})"
             out.append(message)
         return out
+
+    def inconclusive(self, reason: str) -> None:
+        """This claim cannot be judged, because ``reason``; the claim goes on. At its end, a problem still
+        fails it (or is advice); otherwise its verdict is ``inconclusive``, with every reason given."""
+        if reason not in self.reasons:
+            self.reasons.append(reason)
 
     def nothing_because(self, reason: str) -> None:
         """Why this claim could examine nothing (said if it ends with nothing examined)."""
@@ -214,6 +230,8 @@ class ClaimRecorder:
             check.problem(failure.message)
         except PropertySkipped as skipped:
             outcome = ("skip", str(skipped))
+        except Inconclusive as inconclusive:
+            check.inconclusive(inconclusive.reason)
         except Exception as error:
             from .execution import TargetError  # a cycle otherwise (execution uses results, not claims)
 
@@ -226,7 +244,7 @@ class ClaimRecorder:
         seconds += previous.seconds if previous else 0.0
         if outcome is not None and outcome[0] == "error":
             self._record(claim, "error", outcome[1], check.count, seconds)
-        elif outcome is not None and not check.problems:
+        elif outcome is not None and not check.problems and not check.reasons:
             self._record(claim, "skip", outcome[1], check.count, seconds)
         else:
             self._record(claim, None, "", check.count, seconds)
@@ -242,13 +260,21 @@ class ClaimRecorder:
         if name not in self._results:
             self._results[name] = ClaimResult(claim.id, claim.title, claim.harm.label, "skip", reason)
 
+    def inconclusive(self, name: str, reason: str) -> None:
+        """This claim cannot be judged, because ``reason`` (a claim the check decides not to run); like
+        :meth:`not_applicable`, it leaves a claim that has already run as it is."""
+        claim = self.declared(name)
+        if name not in self._results:
+            self._results[name] = ClaimResult(claim.id, claim.title, claim.harm.label, "inconclusive", reason)
+
     def blocked(self, reason: str) -> None:
         """Every claim not yet run is skipped because ``reason`` (e.g. the target cannot cook clean data)."""
         for name in self._claims:
             self.not_applicable(name, reason)
 
     def aborted(self, error: BaseException) -> None:
-        """The property stopped outside any claim: the claims it did not reach say why."""
+        """The property stopped outside any claim: the claims it did not reach say why (``inconclusive`` for
+        :class:`~primus_energon.conformance.results.Inconclusive`)."""
         from .execution import TargetError
 
         for name, claim in self._claims.items():
@@ -260,6 +286,8 @@ class ClaimRecorder:
                 verdict, message = "fail", f"could not be checked: {error.message}"
             elif isinstance(error, PropertySkipped):
                 verdict, message = "skip", str(error)
+            elif isinstance(error, Inconclusive):
+                verdict, message = "inconclusive", f"could not be checked: {error.reason}"
             else:
                 verdict, message = "error", _suite_error(error)
             if verdict == "fail" and claim.advice:
@@ -270,7 +298,7 @@ class ClaimRecorder:
                 claim.harm.label,
                 verdict,
                 message,
-                claim.fix if verdict != "skip" else "",
+                claim.fix if verdict not in ("skip", "inconclusive") else "",
             )
 
     # -- used by the runner --------------------------------------------------------------------------------
@@ -307,6 +335,9 @@ class ClaimRecorder:
                 verdict = "advice" if claim.advice else "fail"
                 message = _join(check.rendered())
                 fix = claim.fix
+            elif check.reasons:
+                verdict = "inconclusive"
+                message = "; ".join(check.reasons)
             elif count == 0:
                 verdict = "advice" if claim.advice else "fail"
                 why = check.why_nothing or self._unreadable() or "no case reached the check"

@@ -12,6 +12,7 @@ from primus_energon.synthetic import example_schemas
 
 from .data import Workspace, read_crude
 from .profiles import Profile
+from .results import Inconclusive
 from .specs import shell_quote
 from .target import Target
 
@@ -78,6 +79,13 @@ class CheckContext:
     def format_problem(self) -> str | None:
         """Why no format of the target can be checked (every encoding its cookers declare is unknown and
         no option gives data), else None."""
+        if self.workspace.dataset and self.workspace.schema_files:
+            from primus_energon.synthetic import SyntheticError
+
+            try:  # the user's schema refines the format inferred from the dataset, or they disagree
+                self.workspace.schema(None)
+            except (ValueError, SyntheticError) as error:
+                return str(error)
         if self.encoding or self.workspace.dataset or self.workspace.schema_files:
             return None
         declared = self.declared_encodings()
@@ -112,6 +120,61 @@ class CheckContext:
 
     def main_dataset(self, encoding: str | None = None) -> Path:
         return self.workspace.main(encoding if encoding is not None else self.encodings()[0])
+
+    def generated(self, encoding: str | None, variant: str = "main", **options: Any) -> Path:
+        """The dataset a check needs (:meth:`Workspace.generated`: derived from the user's samples with
+        ``--conformance-dataset``, else generated). A derived dataset is first tried on the target: where
+        the target cannot cook the derived copy of a user's sample that it cooks as the user stored it,
+        no verdict on the derived data would be about the target, and the claim asking for it is
+        inconclusive (:class:`~primus_energon.conformance.results.Inconclusive`, saying why)."""
+        try:
+            path = self.workspace.generated(encoding, variant, **options)
+        except ValueError as error:  # no sample of the user's dataset could be derived from
+            if not self.workspace.dataset:
+                raise
+            raise Inconclusive(
+                f"the suite could not derive a {variant!r} dataset from yours: {error}"
+            ) from None
+        if self.workspace.is_derived(path) and self.target.kind != "wrapper":
+            problem = self.cached(("derived-cooks", str(path)), lambda: self._derived_problem(path))
+            if problem:
+                raise Inconclusive(problem)
+        return path
+
+    def _derived_problem(self, path: Path) -> str:
+        """Why the target cannot cook the derived dataset ``path`` although it cooks the user's own samples
+        ("" when it cooks the first clean derived sample, or when it cannot cook the user's sample either:
+        that is a finding of its own, reported by the claims on the user's data)."""
+        from primus_energon.synthetic import Manifest
+
+        from .execution import TargetError, cook
+
+        manifest = Manifest.load(path)
+        source_keys = manifest.options.get("derived", {}).get("source_keys", {})
+        damaged = manifest.damaged_keys()
+        derived = next((s for s in self.crude(path) if s.get("__key__") not in damaged), None)
+        if derived is None:
+            return ""
+        try:
+            cook(self.target, derived, seed=self.seed)
+            return ""
+        except TargetError as error:
+            failure = error.message
+        user_key = source_keys.get(str(derived.get("__key__")))
+        main = self.main_dataset()
+        own = next((s for s in self.crude(main) if s.get("__key__") == user_key), None)
+        if own is None:
+            return ""
+        try:
+            cook(self.target, own, seed=self.seed)
+        except TargetError:
+            return ""
+        return (
+            f"the target cooks your sample {user_key!r} but not its copy {derived.get('__key__')!r} in the "
+            f"dataset the suite derived from your samples ({path.name}: the same members, re-keyed and "
+            f"resharded): {' '.join(failure.split())[:300]}. A target that depends on the key's form or on the "
+            "shard it is read from cannot be judged on derived data"
+        )
 
     def cached(self, key: Any, compute: Callable[[], T]) -> T:
         """``compute()`` once per context (e.g. the accepted preflight every property consults)."""

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from megatron.energon.task_encoder.cooking import Cooker
 
 from primus_energon.decoding import SafeSampleDecoder
 from primus_energon.energon_compat import get_val_dataset, short_loader, worker_config
-from primus_energon.formats import SIZES, member_kind
+from primus_energon.formats import SIZES, member_kind, sniff_kind
 from primus_energon.storage import DatasetPath, dataset_dir, dataset_path
 from primus_energon.synthetic import (
     ImageSpec,
@@ -109,6 +110,17 @@ class KeyReader(DefaultTaskEncoder):
         return [str(s.get("__key__")) for s in samples]
 
 
+#: Datasets are derived from at most this many of a user's samples, holding about this many bytes of
+#: members (the largest dataset a check needs has 64 samples; more are repeats).
+MAX_SOURCE_SAMPLES = 64
+MAX_SOURCE_BYTES = 256 << 20
+
+
+def _prefix(variant: str) -> str:
+    """The key prefix of a variant's samples (letters and digits of its name)."""
+    return re.sub(r"[^A-Za-z0-9]", "", variant)[:12] or "s"
+
+
 #: how read_crude describes a sample Energon refused while reading (at most this many are kept)
 _MAX_READ_ERRORS = 8
 
@@ -120,6 +132,8 @@ def read_crude(
     decoder: Any = None,
     split_part: str = "train",
     errors: list[str] | None = None,
+    limit: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[dict]:
     """Every crude sample of ``dataset`` as Energon hands it to a cooker, in dataset order.
 
@@ -154,8 +168,17 @@ def read_crude(
     # Energon prints every refused sample; the errors list says what a caller needs.
     with contextlib.redirect_stdout(io.StringIO()):
         try:
+            held = 0
             for batch in short_loader(ds):
                 samples.append(batch.samples[0])
+                if max_bytes is not None:
+                    held += sum(
+                        len(v) for v in batch.samples[0].values() if isinstance(v, (bytes, bytearray))
+                    )
+                if (limit is not None and len(samples) >= limit) or (
+                    max_bytes is not None and held >= max_bytes
+                ):
+                    break
         except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
             refused.append(
                 f"reading {dataset_path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
@@ -207,19 +230,29 @@ def first_leaf(dataset: str | os.PathLike, split: str = "train") -> Any:
 
 
 def infer_schema(dataset: str | os.PathLike) -> Schema:
-    """A schema that describes the first sample of a user's dataset (member kinds, tensor shapes/dtypes),
-    so that variants of the user's own format can be generated. For a metadataset: of the first dataset
-    its train split blends (:func:`first_leaf`)."""
+    """A schema that describes the first sample of a user's dataset (member kinds by name and content,
+    tensor shapes/dtypes), so that checks know what each member holds. For a metadataset: of the first
+    dataset its train split blends (:func:`first_leaf`)."""
+    if is_metadataset(dataset):
+        dataset = first_leaf(dataset).path
+    members = {part: _spec_for(part, payload) for part, payload in _first_sample_members(dataset).items()}
+    encoding = str(_dataset_subflavors(dataset_dir(dataset)).get("encoding", "custom"))
+    return Schema(encoding=encoding, members=members)
+
+
+def _first_sample_members(dataset: str | os.PathLike) -> dict[str, bytes]:
+    """The members of the first sample of a dataset's first shard (of a metadataset's first dataset), as
+    bytes, read with the validator's bounded tar reader (local or remote)."""
     from primus_energon.datasets.metadata import list_shard_files
     from primus_energon.datasets.tarscan import TarReader, open_shard
 
     if is_metadataset(dataset):
         dataset = first_leaf(dataset).path
-    path = dataset_dir(dataset)  # local or remote; the first shard is read with the validator's tar reader
+    path = dataset_dir(dataset)
     shards, _ = list_shard_files(path)
     if not shards:
         raise ValueError(f"{str(path)!r} has no .tar shards")
-    members: dict[str, MemberSpec] = {}
+    members: dict[str, bytes] = {}
     first_key = None
     data = open_shard(path / shards[0])
     try:
@@ -230,60 +263,130 @@ def infer_schema(dataset: str | os.PathLike) -> Schema:
                 first_key = member.key
             if member.key != first_key:
                 break
-            members[member.part] = _spec_for(member.part, bytes(payload))
+            members[member.part] = bytes(payload)
     finally:
         close = getattr(data, "close", None)
         if close is not None:
             with contextlib.suppress(BufferError):
                 close()
-    encoding = str(_dataset_subflavors(path).get("encoding", "custom"))
-    return Schema(encoding=encoding, members=members)
+    return members
 
 
 def _spec_for(member: str, data: bytes) -> MemberSpec:
-    """The spec of one member of a user's sample, from its kind and content (read safely)."""
+    """The spec of one member of a user's sample, from its name and its content (read safely).
+
+    A binary signature in the bytes (:func:`primus_energon.formats.sniff_kind`: ``.npy``, ``torch.save``,
+    a pickle, an image) is tried first, then the kind the member's extension says, then a textual
+    signature (JSON, UTF-8): so an ``.npy`` file named ``t5.bytes`` is an array and a JPEG named ``image``
+    an image, while a caption ``.txt`` that happens to parse as JSON stays text. Each guess is confirmed
+    by decoding the member; a member nothing decodes is opaque bytes of its size."""
+    by_name = member_kind(member)
+    sniffed = sniff_kind(data)
+    content, detail = sniffed if sniffed is not None else (None, None)
+    candidates: list[str] = []
+    if content in ("npy", "tensor", "pickle", "image"):
+        candidates.append(content)
+    if by_name != "bytes":
+        candidates.append(by_name)
+    if content in ("json", "text"):
+        candidates.append(content)
+    for kind in dict.fromkeys(candidates):
+        try:
+            spec = _spec_of_kind(kind, member, bytes(data), detail if kind == content else None)
+        except Exception:  # the guess does not decode: try the next one
+            continue
+        if spec is not None:
+            return spec
+    return BytesSpec(max(1, len(data)))
+
+
+def _spec_of_kind(kind: str, member: str, data: bytes, image_format: str | None) -> MemberSpec | None:
+    """The spec of a member read as ``kind``; raises (or returns None) when it does not read so."""
     import numpy as np
 
     from primus_energon.safepickle import safe_loads
 
-    kind, extension = member_kind(member), member.rsplit(".", 1)[-1].lower()
-    if bytes(data[:6]) == b"\x93NUMPY":
-        kind = "npy"  # an .npy file under another name (MLPerf's FLUX data: t5.bytes)
-    try:
-        if kind == "tensor":
-            tensor = read_tensor(data, copy=True, fallback=True)
-            return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
-        if kind == "npy":
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-            if str(array.dtype) in NPY_DTYPES:
-                return NpySpec(tuple(array.shape) or (1,), str(array.dtype))
-        if kind == "pickle":
-            value = safe_loads(data)
-            if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-                leaves = {k: _leaf_spec(v) for k, v in value.items()}
-                if all(leaf is not None for leaf in leaves.values()):
-                    return PickleSpec(leaves)
-            leaf = _leaf_spec(value)
-            if leaf is not None:
-                return PickleSpec({"value": leaf}, structure="value")
-        if kind == "json":
-            document = json.loads(bytes(data))
-            if isinstance(document, dict):
-                fields = {k: _json_leaf(v) for k, v in document.items() if k != "key"}
-                return JsonSpec({k: v for k, v in fields.items() if v is not None})
-            return JsonSpec()
-        if kind == "text":
-            return TextSpec()
-        if kind == "image" and extension in ("jpg", "jpeg", "png", "webp"):
-            from PIL import Image
+    if kind == "tensor":
+        tensor = read_tensor(data, copy=True, fallback=True)
+        return TensorSpec(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+    if kind == "npy":
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        return (
+            NpySpec(tuple(array.shape) or (1,), str(array.dtype)) if str(array.dtype) in NPY_DTYPES else None
+        )
+    if kind == "pickle":
+        value = safe_loads(data)
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            leaves = {k: _leaf_spec(v) for k, v in value.items()}
+            if all(leaf is not None for leaf in leaves.values()):
+                return PickleSpec(leaves)
+        leaf = _leaf_spec(value)
+        return PickleSpec({"value": leaf}, structure="value") if leaf is not None else None
+    if kind == "json":
+        document = json.loads(data)
+        if isinstance(document, dict):
+            fields = {k: _json_leaf(v) for k, v in document.items() if k != "key"}
+            return JsonSpec({k: v for k, v in fields.items() if v is not None})
+        return JsonSpec()
+    if kind == "text":
+        data.decode("utf-8")
+        return TextSpec()
+    if kind == "image":
+        from PIL import Image
 
-            with Image.open(io.BytesIO(data)) as image:
-                return ImageSpec(
-                    (image.height, image.width), format={"jpg": "jpeg"}.get(extension, extension)
-                )
-    except Exception:  # an unreadable first sample: describe the member as opaque bytes of its size
-        pass
-    return BytesSpec(max(1, len(data)))
+        extension = member.rsplit(".", 1)[-1].lower()
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            found = (image.format or "").lower()
+            size = (image.height, image.width)
+        image_format = image_format or {"jpg": "jpeg"}.get(extension, extension)
+        image_format = found if found in ("jpeg", "png", "webp", "gif") else image_format
+        if image_format not in ("jpeg", "png", "webp", "gif"):
+            return None
+        return ImageSpec(size, format=image_format)
+    return None
+
+
+def refined(inferred: Schema, schema: Schema, schema_file: str, dataset: str | os.PathLike) -> Schema:
+    """The format of a user's dataset as inferred from its first sample, refined by the user's schema
+    file: each member the schema describes takes the schema's spec (its kind, output ``field:``, leaves,
+    views), its ``required:`` list applies, every other member keeps what was inferred. Raises
+    ``ValueError`` (one line: what and where) when the two disagree: a member the dataset's samples do not
+    have, an encoding other than the dataset's, or a member whose bytes do not read as the schema says."""
+    from .oracle import decode_member
+
+    where = f"--conformance-schema {schema_file} with --conformance-dataset {dataset}"
+    unknown = [m for m in schema.members if m not in inferred.members]
+    if unknown:
+        raise ValueError(
+            f"{where}: the schema describes member(s) {unknown} that the dataset's samples do not have (they "
+            f"have {list(inferred.members)}); describe only members of the dataset, by their exact names"
+        )
+    if inferred.encoding != "custom" and schema.encoding != inferred.encoding:
+        raise ValueError(
+            f"{where}: the schema's encoding {schema.encoding!r} is not the dataset's ({inferred.encoding!r}, "
+            "from its dataset.yaml subflavors); use the dataset's encoding in the schema"
+        )
+    first = _first_sample_members(dataset)
+    for member, spec in schema.members.items():
+        try:
+            decode_member(spec, first[member])
+        except Exception as error:
+            raise ValueError(
+                f"{where}: member {member!r} of the dataset's first sample does not read as the schema's "
+                f"{spec.kind} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); describe what the "
+                "member holds"
+            ) from None
+    missing_required = [m for m in schema.required if m not in inferred.members]
+    if missing_required:
+        raise ValueError(f"{where}: required member(s) {missing_required} are not in the dataset's samples")
+    members = {m: schema.members.get(m, spec) for m, spec in inferred.members.items()}
+    return Schema(
+        encoding=inferred.encoding,
+        members=members,
+        subflavors=dict(inferred.subflavors),
+        required=tuple(schema.required),
+    )
 
 
 def _leaf_spec(value: Any) -> Any:
@@ -335,6 +438,9 @@ class Workspace:
     together: tuple[str | None, ...] = ()
     _cache: dict[str, Path] = field(default_factory=dict)
     _schemas: dict[Any, Schema] = field(default_factory=dict, repr=False)
+    #: the datasets derived from the user's samples so far (variant, path, samples, from_samples, ...)
+    derivations: list[dict[str, Any]] = field(default_factory=list)
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.schema_files, (str, os.PathLike)):
@@ -359,6 +465,8 @@ class Workspace:
     def source(self, encoding: str | None) -> str:
         """Where the format of ``encoding`` comes from, for the report."""
         if self.dataset:
+            if self.schema_files:
+                return f"inferred from {self.dataset}, refined by schema {self.schema_files[0]}"
             return f"inferred from {self.dataset}"
         for path, schema in zip(self.schema_files, self.user_schemas(), strict=True):
             if schema.encoding == encoding or encoding is None:
@@ -387,7 +495,14 @@ class Workspace:
 
     def _base(self, encoding: str | None, dtype: str | None) -> Schema:
         if self.dataset:
-            return infer_schema(self.dataset)
+            inferred = infer_schema(self.dataset)
+            users = self.user_schemas()
+            if len(users) > 1:
+                raise ValueError(
+                    f"--conformance-dataset {self.dataset} has one format; give at most one --conformance-schema "
+                    f"FILE to refine it (got {len(users)})"
+                )
+            return refined(inferred, users[0], self.schema_files[0], self.dataset) if users else inferred
         users = self.user_schemas()
         if users:
             return next((s for s in users if s.encoding == encoding), users[0])
@@ -406,10 +521,23 @@ class Workspace:
         )
 
     def generated(
-        self, encoding: str | None, variant: str = "main", *, schema: Schema | None = None, **options: Any
+        self,
+        encoding: str | None,
+        variant: str = "main",
+        *,
+        schema: Schema | None = None,
+        derive: bool = True,
+        **options: Any,
     ) -> Path:
-        """A generated dataset of ``encoding`` (or of ``schema``); ``variant`` and ``options`` (num_samples,
-        faults, dtype, ...) name it. Same arguments, same dataset (generated once)."""
+        """A dataset of ``encoding`` for one check; ``variant`` and ``options`` (num_samples, shard_size,
+        faults, dtype, split, key_prefix) name it. Same arguments, same dataset (made once).
+
+        With a user's dataset (``dataset``), the dataset is **derived** from the user's own samples
+        (:meth:`derived`), never generated, unless ``derive=False`` (a check that needs the suite's own
+        format whatever the user's is, e.g. the wrapper's keys); otherwise it is generated from ``schema``
+        or the format's schema."""
+        if self.dataset and derive:
+            return self.derived(variant, **options)
         options = {"num_samples": 48, "shard_size": 8, **options}
         dtype = options.pop("dtype", None)
         schema = schema or self.schema(encoding, dtype=dtype)
@@ -418,21 +546,101 @@ class Workspace:
         if name not in self._cache:
             out = self.root / name
             if not (out / "manifest.json").exists():
-                options.setdefault("key_prefix", re.sub(r"[^A-Za-z0-9]", "", variant)[:12] or "s")
+                options.setdefault("key_prefix", _prefix(variant))
                 generate_dataset(
                     out, schema=schema, seed=self.seed, overwrite=True, distributed=False, **options
                 )
             self._cache[name] = out
         return self._cache[name]
 
+    def sources(self) -> list[dict]:
+        """The user's samples datasets are derived from: the first samples of the train split of the
+        user's dataset (of the first dataset a metadataset's train split blends) that hold every member
+        of its format, as raw member bytes, at most :data:`MAX_SOURCE_SAMPLES` of them and about
+        :data:`MAX_SOURCE_BYTES` of members. Raises ``ValueError`` (saying why) when there is none."""
+        if "sources" not in self._derived:
+            if not self.dataset:
+                raise ValueError("there is no user dataset to derive from")
+            path = first_leaf(self.dataset).path if is_metadataset(self.dataset) else self.dataset
+            errors: list[str] = []
+            samples = read_crude(path, errors=errors, limit=MAX_SOURCE_SAMPLES, max_bytes=MAX_SOURCE_BYTES)
+            members = list(self.schema(None).members)
+            usable = [s for s in samples if all(isinstance(s.get(m), (bytes, bytearray)) for m in members)]
+            if not usable:
+                why = "; ".join(errors[:3]) or (
+                    f"none of its first {len(samples)} sample(s) holds every member {members}"
+                    if samples
+                    else "its train split yielded no sample"
+                )
+                raise ValueError(f"no sample of {self.dataset} could be read to derive datasets from: {why}")
+            self._derived["sources"] = [
+                {k: v for k, v in s.items() if k == "__key__" or not k.startswith("__")} for s in usable
+            ]
+        return self._derived["sources"]
+
+    def derived(self, variant: str, **options: Any) -> Path:
+        """A dataset derived from the user's own samples (:meth:`sources`) by
+        :func:`~primus_energon.synthetic.derive_dataset`: copied, re-keyed ``<variant>_<index>``,
+        resharded and repeated to ``num_samples``, in the user's exact format and subflavors; faults and
+        dtype variants are edits of real members. Same arguments, same dataset (made once)."""
+        from primus_energon.synthetic import derive_dataset
+
+        options = {"num_samples": 48, "shard_size": 8, **options}
+        options.setdefault("key_prefix", _prefix(variant))
+        sources = self.sources()
+        schema = self.schema(None)
+        leaf = first_leaf(self.dataset).path if is_metadataset(self.dataset) else self.dataset
+        identity = (
+            str(self.dataset),
+            [s["__key__"] for s in sources],
+            variant,
+            sorted(options.items()),
+            self.seed,
+        )
+        name = (
+            f"{schema.encoding}-{variant}-derived-{hashlib.sha256(repr(identity).encode()).hexdigest()[:10]}"
+        )
+        if name not in self._cache:
+            out = self.root / name
+            if not (out / "manifest.json").exists():
+                if out.exists():
+                    shutil.rmtree(out)
+                derive_dataset(
+                    out,
+                    sources,
+                    schema=schema,
+                    subflavors=_dataset_subflavors(dataset_path(leaf)),
+                    seed=self.seed,
+                    source=str(self.dataset),
+                    **options,
+                )
+            self._cache[name] = out
+            self.derivations.append(
+                {
+                    "variant": variant,
+                    "path": str(out),
+                    "samples": options["num_samples"],
+                    "from_samples": min(len(sources), options["num_samples"]),
+                    "faults": dict(options.get("faults") or {}),
+                    "dtype": options.get("dtype"),
+                }
+            )
+        return self._cache[name]
+
+    def is_derived(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` is a dataset this workspace derived from the user's samples."""
+        return any(d["path"] == str(path) for d in self.derivations)
+
     def generated_note(self, layout: str, why: str) -> str:
-        """On a user's dataset (``--conformance-dataset``), what a claim checked on generated data says: the
-        data is generated in the user's format (``layout``: its samples and shards) because ``why``; else ""."""
+        """On a user's dataset (``--conformance-dataset``), what a claim checked on a derived dataset says:
+        the dataset is the user's own samples re-keyed and resharded (``layout``: its samples and shards)
+        because ``why``; else ""."""
         if not self.dataset:
             return ""
+        count = len(self.sources())
         return (
-            f"checked on generated data in the format of {self.dataset} ({layout}), not on the dataset itself: "
-            f"{why}"
+            f"checked on a dataset derived from {count} of your samples of {self.dataset} ({layout}; your "
+            f"samples copied, re-keyed and resharded), not on the dataset itself: {why}"
         )
 
     def main(self, encoding: str | None) -> DatasetPath:

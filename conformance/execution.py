@@ -27,7 +27,7 @@ from primus_energon.energon_compat import (
 )
 from primus_energon.storage import dataset_path
 
-from .results import PropertyFailure, PropertySkipped
+from .results import Inconclusive, PropertyFailure, PropertySkipped
 from .target import Target
 
 __all__ = [
@@ -79,7 +79,7 @@ def target_call(what: str) -> Iterator[None]:
     """Turn any exception raised inside into a :class:`TargetError` saying ``what`` was being done."""
     try:
         yield
-    except (TargetError, StopIteration, PropertyFailure, PropertySkipped):
+    except (TargetError, StopIteration, PropertyFailure, PropertySkipped, Inconclusive):
         raise
     except Exception as error:
         raise TargetError(what, error) from error

@@ -134,7 +134,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--conformance-strict",
         action="store_true",
         default=False,
-        help="advice (opinions about style, e.g. an error message without the sample key) fails the run too",
+        help="advice (opinions about style, e.g. an error message without the sample key) and inconclusive "
+        "claims (the suite could not exercise them) fail the run too",
     )
     group.addoption(
         "--conformance-packing-buffer-size",
@@ -403,24 +404,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
+#: the junit.xml testcase property naming one inconclusive claim of the test (``claim-id: reason``)
+JUNIT_INCONCLUSIVE = "conformance_inconclusive"
+
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml reads the teardown report's properties
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # Runs on the controller for every test, also under xdist: results travel in user_properties.
+    properties = getattr(report, "user_properties", [])
+    if report.when == "teardown":
+        _add_junit_inconclusive(properties)
     if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
         return
-    for name, value in getattr(report, "user_properties", []):
+    for name, value in properties:
         if name == "conformance_result":
             _collected.append(json.loads(value))
 
 
+def _add_junit_inconclusive(properties: list[tuple[str, object]]) -> None:
+    """One ``conformance_inconclusive`` property per inconclusive claim of the test (once: under xdist the
+    worker and the controller both see the report)."""
+    if any(name == JUNIT_INCONCLUSIVE for name, _ in properties):
+        return
+    for name, value in list(properties):
+        if name == "conformance_result":
+            for c in json.loads(str(value)).get("claims", []):
+                if c.get("verdict") == "inconclusive":
+                    properties.append((JUNIT_INCONCLUSIVE, f"{c['id']}: {_one_line(c.get('message', ''))}"))
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat[:limit] + ("..." if len(flat) > limit else "")
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """The claims' tally, and the advice: reported here, never failing unless --conformance-strict."""
+    """The claims' tally, the advice and the inconclusive claims: reported here, never failing unless
+    --conformance-strict."""
     if not _active(config) or hasattr(config, "workerinput") or not _collected:
         return
     from .specs import short_name
 
     claims = [(r["target"], c) for r in _collected for c in r.get("claims", [])]
     tally = Counter(c["verdict"] for _, c in claims)
-    order = ("pass", "fail", "advice", "xfail", "skip", "error")
+    order = ("pass", "fail", "advice", "inconclusive", "xfail", "skip", "error")
     terminalreporter.write_sep("=", "conformance claims")
     terminalreporter.write_line(", ".join(f"{tally[v]} {v}" for v in order if tally[v]))
     for target, formats in _formats_by_target(_collected).items():
@@ -428,9 +455,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"{short_name(target)}: formats checked: {checked or 'none'}")
         for missing in formats.get("not_checked", []):
             terminalreporter.write_line(f"    not checked: {missing['encoding']}: {missing['why']}")
+    strict = config.getoption("conformance_strict")
     advice = [(target, c) for target, c in claims if c["verdict"] == "advice"]
     if advice:
-        strict = config.getoption("conformance_strict")
         terminalreporter.write_sep(
             "-",
             "advice (failures with --conformance-strict)" if strict else "advice (reported, not failures)",
@@ -440,6 +467,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(f"{short_name(target)}: {c['id']}: {first[:240]}")
             if c.get("fix"):
                 terminalreporter.write_line(f"    fix: {c['fix']}")
+    inconclusive = [(target, c) for target, c in claims if c["verdict"] == "inconclusive"]
+    if inconclusive:
+        why = "failures with --conformance-strict" if strict else "the suite could not exercise these claims"
+        terminalreporter.write_sep("-", f"inconclusive (not verdicts; {why})")
+        for target, c in inconclusive:
+            terminalreporter.write_line(f"{short_name(target)}: {c['id']}: {_one_line(c['message'])}")
 
 
 def _formats_by_target(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

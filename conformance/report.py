@@ -71,8 +71,9 @@ def write_reports(
     ``report.json`` (schema v2): ``results`` (one per target and property, each with its ``claims``: id,
     harm, verdict, message, fix, examined), ``targets`` (each with the data ``formats`` it was checked on and
     those it declares but was not), ``claims`` (the tally of claim verdicts), ``advice`` (every
-    advice claim that reported something: target, claim id, message, fix) and ``failures`` (every failed
-    claim, worst first)."""
+    advice claim that reported something: target, claim id, message, fix), ``inconclusive`` (every claim
+    the suite could not judge: target, claim id, message) and ``failures`` (every failed claim, worst
+    first)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     ordered = sorted(results, key=lambda r: (r["target"], r.get("number", 0)))
@@ -81,6 +82,11 @@ def write_reports(
         {"target": t, "claim": c["id"], "message": c["message"], "fix": c.get("fix", "")}
         for t, c in claims
         if c["verdict"] == "advice"
+    ]
+    inconclusive = [
+        {"target": t, "claim": c["id"], "message": c["message"]}
+        for t, c in claims
+        if c["verdict"] == "inconclusive"
     ]
     failures = sorted(
         (
@@ -109,6 +115,7 @@ def write_reports(
         "exitstatus": exitstatus,
         "failures": failures,
         "advice": advice,
+        "inconclusive": inconclusive,
         "results": ordered,
     }
     (out / "report.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
@@ -136,6 +143,14 @@ def write_reports(
             f"- **{a['claim']}** on `{a['target']}`: {_cell(a['message'], 300)} Fix: {a['fix']}"
             for a in advice
         ]
+        lines.append("")
+    if inconclusive:
+        lines += [
+            "## Inconclusive (not verdicts: the suite could not exercise these claims"
+            + ("; failures under --conformance-strict)" if strict else ")"),
+            "",
+        ]
+        lines += [f"- **{i['claim']}** on `{i['target']}`: {_cell(i['message'], 300)}" for i in inconclusive]
         lines.append("")
     for target in targets:
         rows = [r for r in ordered if r["target"] == target["target"]]

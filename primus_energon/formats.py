@@ -27,6 +27,7 @@ __all__ = [
     "EXTENSION_KINDS",
     "IMAGE_EXTENSIONS",
     "member_kind",
+    "sniff_kind",
     "SIZES",
     "SIZE_DTYPES",
     "PREENCODED_TENSOR_MEMBERS",
@@ -84,6 +85,55 @@ def member_kind(member: str) -> str:
     if member.lower() == "images":
         return "image"
     return EXTENSION_KINDS.get(member_extension(member), "bytes")
+
+
+#: ``torch.save``'s legacy (pre-zip) files start with a pickled magic number (protocol 2, a LONG1 of 10 bytes)
+_LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."
+#: how many leading bytes :func:`sniff_kind` reads (enough for every signature it knows)
+SNIFF_BYTES = 512
+
+
+def sniff_kind(data: bytes | bytearray | memoryview) -> tuple[str, str | None] | None:
+    """What a member's bytes look like, from their first :data:`SNIFF_BYTES` bytes alone: ``(kind,
+    detail)`` with ``kind`` one of :data:`KINDS` and ``detail`` the image format (``jpeg``, ``png``,
+    ``webp``, ``gif``) or None; None when no signature matches.
+
+    Specific signatures are tried before generic ones: ``.npy``; ``torch.save``'s zip (a zip whose first
+    entry is ``<archive>/data.pkl``) before any other zip (``bytes``); the legacy ``torch.save`` file
+    before any other pickle; images; a JSON object, array or string; UTF-8 text. A signature is a guess:
+    a caller confirms it by decoding the member (and treats a member that fails to decode as opaque
+    bytes). Nothing here decodes or unpickles anything."""
+    head = bytes(data[:SNIFF_BYTES])
+    if head.startswith(b"\x93NUMPY"):
+        return "npy", None
+    if head.startswith(b"PK\x03\x04"):
+        name_length = int.from_bytes(head[26:28], "little")
+        first_entry = head[30 : 30 + name_length]
+        return ("tensor" if first_entry.endswith(b"data.pkl") else "bytes"), None
+    if head.startswith(_LEGACY_TORCH_MAGIC):
+        return "tensor", None
+    if len(head) > 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle", None
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image", "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image", "png"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image", "gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image", "webp"
+    try:
+        text = bytes(data).decode("utf-8") if len(data) <= 1 << 20 else head.decode("utf-8", "ignore")
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in text:
+        return None
+    if text.lstrip()[:1] in ("{", "[", '"'):
+        return "json", None
+    printable = sum(ch.isprintable() or ch in "\n\r\t" for ch in text[:SNIFF_BYTES])
+    if text and printable >= 0.9 * min(len(text), SNIFF_BYTES):
+        return "text", None
+    return None
 
 
 #: Tensor shapes of the preencoded format by size: ``tiny`` for checks and tests, ``small`` and ``flux``

@@ -25,10 +25,13 @@ __all__ = [
     "FaultRecord",
     "ImageSpec",
     "JsonSpec",
+    "JsonStringSpec",
+    "ListSpec",
     "LoopbackObjectStore",
     "Manifest",
     "MemberRecord",
     "NpySpec",
+    "ObjectSpec",
     "PickleSpec",
     "SampleRecord",
     "Schema",
@@ -37,9 +40,11 @@ __all__ = [
     "TensorSpec",
     "TextSpec",
     "builtin_schema",
+    "derive_dataset",
     "example_schemas",
     "generate_dataset",
     "harmonised",
+    "infer_json_spec",
     "load_schema",
     "write_metadataset",
 ]
@@ -51,7 +56,10 @@ _EXPORTS = {
         "BytesSpec",
         "ImageSpec",
         "JsonSpec",
+        "JsonStringSpec",
+        "ListSpec",
         "NpySpec",
+        "ObjectSpec",
         "PickleSpec",
         "Schema",
         "TensorSpec",
@@ -59,12 +67,14 @@ _EXPORTS = {
         "builtin_schema",
         "example_schemas",
         "harmonised",
+        "infer_json_spec",
         "load_schema",
     ),
     "faults": ("FAULT_KINDS",),
     "manifest": ("FaultRecord", "Manifest", "MemberRecord", "SampleRecord", "ShardRecord"),
     "errors": ("SyntheticError",),
     "generate": ("generate_dataset",),
+    "derive": ("derive_dataset",),
     "metadataset": ("write_metadataset",),
     "objectstore": ("LoopbackObjectStore",),
 }
@@ -72,6 +82,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .errors import SyntheticError
     from .faults import FAULT_KINDS
+    from .derive import derive_dataset
     from .generate import generate_dataset
     from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
     from .metadataset import write_metadataset
@@ -80,7 +91,10 @@ if TYPE_CHECKING:
         BytesSpec,
         ImageSpec,
         JsonSpec,
+        JsonStringSpec,
+        ListSpec,
         NpySpec,
+        ObjectSpec,
         PickleSpec,
         Schema,
         TensorSpec,
@@ -88,6 +102,7 @@ if TYPE_CHECKING:
         builtin_schema,
         example_schemas,
         harmonised,
+        infer_json_spec,
         load_schema,
     )
 

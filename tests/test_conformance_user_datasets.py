@@ -123,10 +123,10 @@ def test_every_property_passes_the_reference_targets_on_a_user_dataset(
         for claim in seed:
             assert claim["verdict"] == "pass", claim
             assert "num_workers=0: Energon itself delivers one_shard in one order" in claim["message"]
-            assert "checked on a generated dataset of the same format instead" in claim["message"]
-    # the claims checked on generated data say so
+            assert "checked on a dataset derived from your samples instead" in claim["message"]
+    # the claims checked on data derived from the user's samples say so
     sharding = [c for (_, claim_id), c in claims.items() if claim_id == "sharding/in_process"]
-    assert all(f"in the format of {user_datasets[shape]}" in c["message"] for c in sharding)
+    assert all(f"of your samples of {user_datasets[shape]}" in c["message"] for c in sharding)
 
 
 @pytest.mark.slow
@@ -147,7 +147,7 @@ def test_the_issue_case_passes_locally_and_on_object_storage(
             "num_workers=2: Energon itself delivers issue in one order for seeds 0 and 1" in seed["message"]
         )
         assert "its train split has 24 samples in 2 shards" in seed["message"]
-        assert "checked on a generated dataset of the same format instead" in seed["message"]
+        assert "checked on a dataset derived from your samples instead" in seed["message"]
         assert "num_workers=0" not in seed["message"]  # compared on the user's dataset itself
         details = next(r for r in report["results"] if r["property"] == "determinism")["details"]
         assert details["seed_compared"][0] == "issue num_workers=0"
@@ -204,6 +204,6 @@ def test_the_seed_claim_does_not_apply_where_energon_gives_one_order_everywhere(
     assert pairs == [("/u", 0), ("/u", 2)] and notes == []
     pairs, notes = _seed_plan(Ctx(), child({0: fixed, 1: fixed}, varying), "/g")  # type: ignore[arg-type]
     assert pairs == [("/g", 0), ("/g", 2)] and len(notes) == 2
-    assert all("checked on a generated dataset of the same format instead" in n for n in notes)
+    assert all("checked on a dataset derived from your samples instead" in n for n in notes)
     pairs, notes = _seed_plan(Ctx(), child({0: fixed, 1: fixed}, {0: fixed, 1: fixed}), "/g")  # type: ignore[arg-type]
     assert pairs == [] and all("Energon's order did not depend on the seed either" in n for n in notes)

@@ -28,7 +28,15 @@ import torch
 from megatron.energon import DefaultTaskEncoder, SkipSample
 
 from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
-from primus_energon.synthetic.schema import BytesSpec, ImageSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
+from primus_energon.synthetic.schema import (
+    BytesSpec,
+    ImageSpec,
+    JsonSpec,
+    NpySpec,
+    PickleSpec,
+    TensorSpec,
+    TextSpec,
+)
 
 from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
@@ -90,6 +98,7 @@ _CLAIM_OF = {
     "missing": "missing_member",
     "truncated": "corrupt_payload",
     "garbage bytes": "corrupt_payload",
+    "garbage after its header": "corrupt_payload",
     "a dict instead of a tensor": "wrong_type",
     "not UTF-8": "not_utf8",
     "NaN values": "non_finite",
@@ -129,9 +138,13 @@ def _mutations(spec: Any, value: Any) -> Iterator[tuple[str, str, Any]]:
         return
     if isinstance(spec, TextSpec):
         yield "not UTF-8", "bytes", b"caption \xff\xfe\xfd not utf-8"
-    elif isinstance(spec, (TensorSpec, ImageSpec, NpySpec, PickleSpec)):
+    elif isinstance(spec, (TensorSpec, ImageSpec, NpySpec, PickleSpec, JsonSpec)):
         yield "truncated", "bytes", bytes(value[: len(value) // 2])
         yield "garbage bytes", "bytes", b"\x00garbage\xff" * 8
+        if not isinstance(spec, JsonSpec) and len(value) >= 64:
+            # the container's own header (a JPEG's SOI marker, the .npy header, the zip's first entry),
+            # then garbage: a reader that trusts the signature gets as far as the payload
+            yield "garbage after its header", "bytes", bytes(value[:32]) + b"\x00garbage\xff" * 8
     elif isinstance(spec, BytesSpec) and spec.dtype is not None and len(value) > 1:
         # raw tensor bytes have no header: a cut-short member decodes to a shorter tensor unless checked
         yield "truncated", "bytes", bytes(value[: len(value) // 2])
@@ -455,9 +468,7 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
 def _probe_dataset(ctx: CheckContext, encoding: str | None) -> tuple[Path, list[tuple[str, str]]]:
     schema = ctx.workspace.schema(encoding)
     members = [m for m in schema.members] + [m for m in EXTRA_MEMBERS if m not in schema.members]
-    base = ctx.workspace.generated(
-        encoding, "probe", num_samples=len(members) + 1, shard_size=len(members) + 1
-    )
+    base = ctx.generated(encoding, "probe", num_samples=len(members) + 1, shard_size=len(members) + 1)
     out = ctx.workspace.root / f"{base.name}-hostile"
     poisoned_file = out / "poisoned.json"
     if poisoned_file.exists():

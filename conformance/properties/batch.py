@@ -461,9 +461,7 @@ def _mismatched_shapes(
         for name in ("mismatched_shapes", "error_names_samples"):
             claims.not_applicable(name, "the data format has no tensor members")
         return
-    path = ctx.workspace.generated(
-        encoding, "wrong-shape", num_samples=8, shard_size=8, faults={"wrong-shape": 1}
-    )
+    path = ctx.generated(encoding, "wrong-shape", num_samples=8, shard_size=8, faults={"wrong-shape": 1})
     (fault,) = [f for f in Manifest.load(path).faults if f.kind == "wrong-shape"]
     odd_key = energon_key(fault.shard, fault.key)
     error_raised: BaseException | None = None

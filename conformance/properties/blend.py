@@ -210,7 +210,7 @@ def _dataset(
     ctx: CheckContext, encoding: str | None, schema: Schema | None, name: str, **options: Any
 ) -> Path:
     options = {"num_samples": SAMPLES_PER_DATASET, "shard_size": 8, "key_prefix": name, **options}
-    return ctx.workspace.generated(encoding, name, schema=schema, **options)
+    return ctx.generated(encoding, name, schema=schema, **options)
 
 
 def _counts_per_worker(records: list[dict[str, Any]], prefixes: dict[str, int], per_worker: int) -> dict:

@@ -14,7 +14,7 @@ suite's pass-through reference (:class:`~primus_energon.conformance.data.KeyRead
 Energon's training order shuffles the shard slices each worker reads; a worker with a single slice (one
 train shard, or as many workers as train shards) reads it in one order for any seed. For a worker count
 where the reference delivers the user's dataset in one order for both seeds, the claim is checked on a
-generated dataset of the same format instead (:data:`FALLBACK_SAMPLES` samples in shards of
+dataset derived from the user's own samples instead (:data:`FALLBACK_SAMPLES` samples in shards of
 :data:`FALLBACK_SHARD_SIZE`), and the report says so; where Energon's order does not depend on the seed
 there either, the claim does not apply (skipped, with the reason).
 """
@@ -96,12 +96,12 @@ def prestart(ctx: CheckContext) -> Background:
 
 
 def _fallback(ctx: CheckContext) -> Path | None:
-    """On a user's dataset: the generated dataset of its format that the seed claim falls back to where
+    """On a user's dataset: the dataset derived from its samples that the seed claim falls back to where
     Energon gives the user's dataset one order for any seed (see the module docstring); else None."""
     if not ctx.workspace.dataset:
         return None
     encoding = ctx.encodings()[0]
-    return ctx.workspace.generated(
+    return ctx.generated(
         encoding, "determinism", num_samples=FALLBACK_SAMPLES, shard_size=FALLBACK_SHARD_SIZE
     )
 
@@ -209,12 +209,12 @@ def _seed_plan(ctx: CheckContext, b: dict, fallback: str | None) -> tuple[list[t
         elif fallback is not None and varies(fallback, nw):
             pairs.append((fallback, int(nw)))
             notes.append(
-                f"{why}; checked on a generated dataset of the same format instead "
+                f"{why}; checked on a dataset derived from your samples instead "
                 f"({FALLBACK_SAMPLES} samples in shards of {FALLBACK_SHARD_SIZE})"
             )
         else:
             notes.append(
-                f"{why}; on a generated dataset of the same format Energon's order did not depend on the seed either"
+                f"{why}; on a dataset derived from your samples Energon's order did not depend on the seed either"
             )
     return pairs, notes
 

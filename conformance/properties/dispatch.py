@@ -116,7 +116,7 @@ def _run(
 ) -> tuple[str, str | None]:
     """Build a loader over a one-entry metadataset with ``overrides`` and compare the chosen cooker with
     the first-match oracle: ``(claim, problem or None)``."""
-    dataset = ctx.workspace.generated(encoding, "dispatch", num_samples=4, shard_size=4)
+    dataset = ctx.generated(encoding, "dispatch", num_samples=4, shard_size=4)
     base = ctx.workspace.subflavors(dataset)
     merged = {**base, **overrides}
     expected = matching_cooker(cookers, merged)

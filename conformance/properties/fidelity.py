@@ -208,7 +208,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         checked += len(ctx.raw(main))
         if has_float:
             for dtype in ("bfloat16", "float16"):
-                path = ctx.workspace.generated(encoding, f"dtype-{dtype}", dtype=dtype, num_samples=16)
+                path = ctx.generated(encoding, f"dtype-{dtype}", dtype=dtype, num_samples=16)
                 _check_dataset(ctx, claims, members, path, dtype, dtype_claim=True, schema=schema)
                 checked += len(ctx.raw(path))
         if template is not None:

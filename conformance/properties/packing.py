@@ -201,7 +201,7 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
 
 def _path(ctx: CheckContext) -> Any:
     encoding = ctx.encodings()[0]
-    return ctx.workspace.generated(encoding, "packing", num_samples=NUM_SAMPLES, shard_size=8)
+    return ctx.generated(encoding, "packing", num_samples=NUM_SAMPLES, shard_size=8)
 
 
 def _epoch(ctx: CheckContext, rank: int, world_size: int, record: _Record) -> None:

@@ -278,7 +278,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     claim_of = {"direct": "checkpoint", "wrapper": "wrapper", "resaved": "resaved"}
 
     for position, encoding in enumerate(encodings):
-        path = ctx.workspace.generated(encoding, "resume", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
+        path = ctx.generated(encoding, "resume", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
         # Extra encodings (a TaskEncoder with several cookers): 0 workers, direct route only.
         counts = WORKER_COUNTS if position == 0 else (0,)
         label = encoding if len(encodings) > 1 else None

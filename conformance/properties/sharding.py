@@ -176,7 +176,7 @@ def _data_note(ctx: CheckContext) -> str:
 
 def _datasets(ctx: CheckContext) -> list[Path]:
     return [
-        ctx.workspace.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
+        ctx.generated(encoding, "sharding", num_samples=NUM_SAMPLES, shard_size=8)
         for encoding in ctx.encodings()
     ]
 

@@ -116,7 +116,7 @@ def _loader_rate(ctx: CheckContext, path: Path) -> dict[str, float]:
 
 
 def _measure(ctx: CheckContext, encoding: str | None) -> dict[str, Any]:
-    path = ctx.workspace.generated(encoding, "throughput", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
+    path = ctx.generated(encoding, "throughput", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
     shards = _shards(path)
     member_bytes = _member_bytes(shards)
     task_encoder = ctx.target.make_task_encoder()

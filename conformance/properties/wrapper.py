@@ -21,8 +21,11 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from primus_energon.synthetic import builtin_schema
+
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
+from ..data import SMALL_SHAPES
 from ..execution import build_loader, closing, target_call
 from ..subprocesses import child_env, start, stop
 from ._common import batch_keys, fail
@@ -119,7 +122,16 @@ def _keys(wrapper: Any, count: int, what: str) -> list[list[str] | None]:
 
 
 def _loader(ctx: CheckContext, num_workers: int, *, mode: str = "train") -> Any:
-    path = ctx.workspace.generated(None, "wrapper", num_samples=NUM_SAMPLES, shard_size=BATCH_SIZE)
+    # The wrapper is checked around the reference TaskEncoder, which reads the built-in preencoded format,
+    # whatever a user's dataset holds.
+    path = ctx.workspace.generated(
+        None,
+        "wrapper",
+        schema=builtin_schema("preencoded", shapes=SMALL_SHAPES),
+        derive=False,
+        num_samples=NUM_SAMPLES,
+        shard_size=BATCH_SIZE,
+    )
     return build_loader(
         ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed, mode=mode
     )
