@@ -110,6 +110,12 @@ def run_property(
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)
     result.formats = copy.deepcopy(ctx.cached("formats", lambda: _formats(ctx)))
+    if ctx.workspace.derivations:  # the datasets derived from the user's samples so far, and from how many
+        result.formats["derived"] = {
+            "from": str(ctx.workspace.dataset),
+            "source_samples": len(ctx.workspace.sources()),
+            "datasets": copy.deepcopy(ctx.workspace.derivations),
+        }
     return result
 
 

@@ -370,6 +370,19 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
         f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
         f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
+    ] + _data_header(config)
+
+
+def _data_header(config: pytest.Config) -> list[str]:
+    dataset = config.getoption(option_dest("dataset"))
+    if not dataset:
+        return []
+    schemas = config.getoption(option_dest("schema")) or []
+    refined = f", its format refined by schema {schemas[0]}" if schemas else ""
+    return [
+        f"conformance data: your dataset {dataset}{refined}; every other dataset a check needs (more shards, "
+        "faults, dtype variants, resume, sharding and blend sets) is derived from its samples: copied, re-keyed "
+        "and resharded, never generated"
     ]
 
 
@@ -455,6 +468,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"{short_name(target)}: formats checked: {checked or 'none'}")
         for missing in formats.get("not_checked", []):
             terminalreporter.write_line(f"    not checked: {missing['encoding']}: {missing['why']}")
+        if formats.get("derived"):
+            from .report import describe_derived
+
+            terminalreporter.write_line(f"{short_name(target)}: {describe_derived(formats['derived'])}")
     strict = config.getoption("conformance_strict")
     advice = [(target, c) for target, c in claims if c["verdict"] == "advice"]
     if advice:
@@ -476,11 +493,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def _formats_by_target(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each target's data formats (the same in each of its results)."""
+    """Each target's data formats (the same in each of its results), with every dataset derived from the
+    user's samples for any of its results (each result lists those derived so far in its process)."""
     out: dict[str, dict[str, Any]] = {}
     for result in results:
-        if result.get("formats") and result["target"] not in out:
-            out[result["target"]] = result["formats"]
+        formats = result.get("formats")
+        if not formats:
+            continue
+        if result["target"] not in out:
+            out[result["target"]] = {k: v for k, v in formats.items() if k != "derived"}
+        if formats.get("derived"):
+            merged = out[result["target"]].setdefault("derived", {**formats["derived"], "datasets": []})
+            known = {d["path"] for d in merged["datasets"]}
+            merged["datasets"] += [d for d in formats["derived"]["datasets"] if d["path"] not in known]
     return out
 
 

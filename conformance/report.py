@@ -13,7 +13,7 @@ from typing import Any
 
 from .claims import Harm
 
-__all__ = ["SCHEMA", "environment", "write_reports"]
+__all__ = ["SCHEMA", "describe_derived", "environment", "write_reports"]
 
 SCHEMA = "primus-energon/conformance-report/v2"
 
@@ -164,6 +164,8 @@ def write_reports(
             )
         for missing in formats.get("not_checked", []):
             lines.append(f"Not checked: `{missing['encoding']}`: {missing['why']}.")
+        if formats.get("derived"):
+            lines.append(f"Data: {describe_derived(formats['derived'])}.")
         lines += [
             "",
             "| # | claim | verdict | examined | message |",
@@ -180,3 +182,19 @@ def write_reports(
         lines.append("")
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     return document
+
+
+def describe_derived(derived: dict[str, Any]) -> str:
+    """One line: which datasets were derived from how many of the user's samples."""
+    datasets = derived.get("datasets", [])
+    shown = ", ".join(
+        f"{d['variant']} ({d['samples']} samples"
+        + (f", faults {', '.join(d['faults'])}" if d.get("faults") else "")
+        + (f", {d['dtype']}" if d.get("dtype") else "")
+        + ")"
+        for d in datasets
+    )
+    return (
+        f"{len(datasets)} dataset(s) derived from {derived.get('source_samples')} of your samples of "
+        f"{derived.get('from')}: {shown}"
+    )

@@ -10,16 +10,26 @@ A spec may carry keyword arguments of literal values (:mod:`~primus_energon.conf
 ``MODULE:Class(seq_length=1024)`` builds a TaskEncoder as ``Class(seq_length=1024)`` for every loader,
 ``MODULE:make_cooker(size=3)`` calls a cooker factory once, ``MODULE:Wrapper(steps=2)`` builds a wrapper as
 ``Wrapper(loader, steps=2)``.
+
+ATTR may also name a factory of the user's own (a function, or another callable that is no class), called
+with the spec's arguments or with none: a TaskEncoder factory for every loader, where a class would be
+built, returning a TaskEncoder instance (or a class, then built with no arguments); a cooker factory once,
+returning a Cooker or cook function. A cook function is told from a factory by its signature, without
+calling it: it is ``@stateless`` or requires a positional argument (the crude sample); a factory requires
+none. A wrapper is named by its class: the wrapper property rebuilds it from the spec in a child process.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
+from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.decoding import SafeSampleDecoder
 
@@ -85,6 +95,9 @@ class Target:
     #: ``--conformance-batch-size``: the batch size (packs per batch) of every loader that packs (else the
     #: property's own choice)
     batch_size: int | None = None
+    #: what a TaskEncoder factory returned when the target was resolved: a factory that returns it again
+    #: hands out one instance, copied for every loader (checks instrument the TaskEncoder they get)
+    built: Any = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -138,9 +151,14 @@ class Target:
             from primus_energon import EncodedDiffusionTaskEncoder
 
             return EncodedDiffusionTaskEncoder()
-        if isinstance(self.obj, type) or self.kwargs:
-            return self.obj(**self.kwargs)
-        return self.obj
+        if isinstance(self.obj, TaskEncoder):
+            return self.obj
+        built = self.obj(**self.kwargs)  # a class, or a factory: for every loader
+        if isinstance(self.obj, type):
+            return built
+        if isinstance(built, type):
+            return built()
+        return copy.copy(built) if built is self.built else built
 
     def make_wrapper(self, loader: Any) -> Any:
         """The wrapper target built around ``loader``: ``Wrapper(loader, **kwargs)``."""
@@ -162,12 +180,14 @@ def resolve_target(
 ) -> Target:
     """A :class:`Target` from ``MODULE:ATTR``, ``MODULE:ATTR(NAME=VALUE, ...)`` or the object itself.
 
-    ``kind`` ("cooker", "task_encoder" or "wrapper") is inferred when not given: a ``Cooker`` or a function
-    is a cooker, a ``TaskEncoder`` class or instance a TaskEncoder. Arguments (from the spec, then
-    ``kwargs``; literal values only) build a TaskEncoder class or factory (``Cls(**kwargs)``, for every
-    loader), are passed to a cooker factory once (its result must be a Cooker or cook function), or to a
-    wrapper after the loader. Without arguments a TaskEncoder class must build with no arguments. Raises
-    ``ValueError`` with a one-line explanation otherwise (wrong kind: which option to use instead)."""
+    ``kind`` ("cooker", "task_encoder" or "wrapper") is inferred when not given: a ``Cooker`` or a cook
+    function is a cooker, a ``TaskEncoder`` class or instance a TaskEncoder, a factory what it returns.
+    Arguments (from the spec, then ``kwargs``; literal values only) build a TaskEncoder class or factory
+    (``Cls(**kwargs)``, for every loader), are passed to a cooker factory once (its result must be a Cooker
+    or cook function), or to a wrapper after the loader. Without arguments a TaskEncoder class must build
+    with no arguments, and a factory (:func:`_is_factory`: a callable that is no class and requires no
+    positional argument) is called with none. Raises ``ValueError`` with a one-line explanation otherwise
+    (wrong kind: which option to use instead; a factory that raises or returns the wrong kind: what it did)."""
     if isinstance(spec, str):
         base, spec_kwargs = parse_spec(spec)
         obj = load_object(base)
@@ -181,68 +201,96 @@ def resolve_target(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{setting} {value!r} is not a positive integer")
     if kind == "wrapper":
+        # No factory here: the wrapper property rebuilds the class from its spec in a child process, as
+        # Wrapper(source, **arguments).
         if not isinstance(obj, type) or issubclass(obj, TaskEncoder):
+            factory = (
+                "; name the wrapper class itself (MODULE:Wrapper or MODULE:Wrapper(NAME=VALUE, ...)), not a "
+                "factory"
+                if _is_factory(obj)
+                else ""
+            )
             raise ValueError(
                 f"{label} is {_describe_object(obj)}, not a wrapper class (built as Wrapper(loader), like "
-                "primus_energon.MegatronDataloaderWrapper)"
+                f"primus_energon.MegatronDataloaderWrapper){factory}"
             )
         return Target(spec=label, kind="wrapper", obj=obj, kwargs=args)
     source = None
-    label_what: str | None = None
-    if args and kind != "task_encoder" and not _is_te(obj) and callable(obj) and not isinstance(obj, Cooker):
+    if (
+        kind != "task_encoder"
+        and not _is_te(obj)
+        and not isinstance(obj, Cooker)
+        and ((args and callable(obj)) or _is_factory(obj))
+    ):
         # A cooker factory: called once, here; its product is the target, the factory what a fresh process
         # imports.
-        try:
-            product = obj(**args)
-        except Exception as error:
-            raise ValueError(f"{called} failed ({type(error).__name__}: {error})") from None
+        product = _call_factory(obj, args, called)
         if _is_te(product) and kind is None:
             kind = "task_encoder"  # a TaskEncoder factory: called again for every loader
         else:
             source, obj = obj, product
-            label_what = "built by"
     is_te_class = isinstance(obj, type) and issubclass(obj, TaskEncoder)
     is_te = is_te_class or isinstance(obj, TaskEncoder)
-    is_factory = bool(args) and source is None and callable(obj) and not is_te and kind == "task_encoder"
+    is_factory = (
+        kind == "task_encoder"
+        and source is None
+        and not is_te
+        and (bool(args) and callable(obj) or _is_factory(obj))
+    )
     is_cooker = isinstance(obj, Cooker) or (callable(obj) and not isinstance(obj, type) and not is_te)
     if kind is None:
         kind = "task_encoder" if is_te else "cooker" if is_cooker else None
-    what = _describe_object(obj) if label_what is None else f"{_describe_object(obj)} {label_what} {called}"
+    what = _describe_object(obj)
+    subject = f"{label} is" if source is None else f"{called} returned"  # a cooker factory's product
     if kind == "task_encoder" and not (is_te or is_factory):
+        if is_cooker and not isinstance(obj, Cooker):
+            what = f"{what} that takes the sample (a cook function; a factory takes no arguments)"
         hint = f"; check it with --cooker {label}" if is_cooker else ""
-        raise ValueError(f"{label} is {what}, not a TaskEncoder class or instance{hint}")
+        raise ValueError(f"{subject} {what}, not a TaskEncoder class or instance{hint}")
     if kind == "cooker" and not is_cooker:
-        hint = f"; check it with --task-encoder {label}" if is_te else ""
-        raise ValueError(f"{label} is {what}, not an Energon Cooker or a cook function{hint}")
+        hint = (
+            f"; check it with --task-encoder {label}"
+            if is_te
+            else "; a factory given to --cooker must return the cooker to check"
+            if source is not None
+            else ""
+        )
+        raise ValueError(f"{subject} {what}, not an Energon Cooker or a cook function{hint}")
     if kind is None:
-        raise ValueError(f"{label} is {what}: neither a Cooker/cook function nor a TaskEncoder")
+        raise ValueError(f"{subject} {what}: neither a Cooker/cook function nor a TaskEncoder")
     if kind == "cooker" and args and source is None:
         raise ValueError(
             f"{label}: {base} is {what}, which takes no arguments; arguments go to a factory that returns the "
             "cooker (MODULE:make_cooker(NAME=VALUE, ...))"
         )
+    built = None
     if kind == "task_encoder":
         if args and isinstance(obj, TaskEncoder):
             raise ValueError(
                 f"{label}: {base} is a TaskEncoder instance, which takes no arguments; name its class (or a "
                 "factory) with the arguments instead"
             )
-        if is_te_class or is_factory:
-            try:
-                built = obj(**args)
-            except Exception as error:
-                how = f"with {called.partition('(')[2][:-1]}" if args else "with no arguments"
-                fix = (
-                    "check the argument names and values"
-                    if args
-                    else "give its arguments in the spec (MODULE:Class(NAME=VALUE, ...)) or name a module-level "
-                    "instance (MODULE:INSTANCE)"
+        if is_te_class:
+            _build_class(obj, args, base, called)
+        elif is_factory:
+            built = _call_factory(obj, args, called)
+            if isinstance(built, type) and issubclass(built, TaskEncoder):
+                _build_class(
+                    built, {}, f"{called} returned {_qualname(built)}, which", f"{_qualname(built)}()"
+                )
+                built = None
+            elif not isinstance(built, TaskEncoder):
+                is_cooker_product = isinstance(built, Cooker) or (
+                    callable(built) and not isinstance(built, type)
+                )
+                hint = (
+                    f"; check it with --cooker {label}"
+                    if is_cooker_product
+                    else "; a factory given to --task-encoder must return the TaskEncoder to check"
                 )
                 raise ValueError(
-                    f"{base} cannot be built {how} ({type(error).__name__}: {' '.join(str(error).split())}); {fix}"
-                ) from None
-            if not isinstance(built, TaskEncoder):
-                raise ValueError(f"{called} returned {_describe_object(built)}, not a TaskEncoder instance")
+                    f"{called} returned {_describe_object(built)}, not a TaskEncoder class or instance{hint}"
+                )
     return Target(
         spec=label,
         kind=kind,  # type: ignore[arg-type]
@@ -252,7 +300,61 @@ def resolve_target(
         source=source,
         packing_buffer_size=packing_buffer_size,
         batch_size=batch_size,
+        built=built,
     )
+
+
+def _is_factory(obj: Any) -> bool:
+    """Whether ``obj`` is a factory of the user's own, called to build the target: a callable that is no
+    class, ``TaskEncoder`` or ``Cooker``, and no cook function (those are ``@stateless`` or take the crude
+    sample: a positional argument without default, or ``*args``; a callable without a signature counts
+    as one too). A factory requires no positional argument (keyword arguments come from the spec)."""
+    if isinstance(obj, (type, TaskEncoder, Cooker)) or not callable(obj) or get_stateless(obj):
+        return False
+    try:
+        parameters = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return not any(
+        p.kind == inspect.Parameter.VAR_POSITIONAL or (p.kind in positional and p.default is p.empty)
+        for p in parameters
+    )
+
+
+def _failure(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _call_factory(obj: Any, args: Mapping[str, Any], called: str) -> Any:
+    """``obj(**args)``, a factory's product; ``ValueError`` naming the call and the exception if it raises."""
+    try:
+        return obj(**args)
+    except Exception as error:
+        fix = (
+            "check the argument names and values"
+            if args
+            else "give its arguments in the spec (MODULE:factory(NAME=VALUE, ...)) if it needs any"
+        )
+        raise ValueError(f"{called} failed ({_failure(error)}); {fix}") from None
+
+
+def _build_class(cls: type, args: Mapping[str, Any], base: str, called: str) -> None:
+    """Build a TaskEncoder class once with ``args``; ``ValueError`` saying why it cannot be built, or what it
+    returned, if that fails."""
+    try:
+        built = cls(**args)
+    except Exception as error:
+        how = f"with {called.partition('(')[2][:-1]}" if args else "with no arguments"
+        fix = (
+            "check the argument names and values"
+            if args
+            else "give its arguments in the spec (MODULE:Class(NAME=VALUE, ...)) or name a module-level "
+            "instance (MODULE:INSTANCE)"
+        )
+        raise ValueError(f"{base} cannot be built {how} ({_failure(error)}); {fix}") from None
+    if not isinstance(built, TaskEncoder):
+        raise ValueError(f"{called} returned {_describe_object(built)}, not a TaskEncoder instance")
 
 
 def _is_te(obj: Any) -> bool:

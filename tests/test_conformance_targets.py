@@ -15,6 +15,7 @@ from tests.helpers import run_pytest
 
 CONFIGURED = "tests.conformance_zoo.configured:ConfiguredPackingTaskEncoder"
 ARGS = "(seq_length=16, packing_buffer_size=4)"
+FACTORIES = "tests.conformance_zoo.factories:"
 
 
 @pytest.mark.parametrize(
@@ -155,6 +156,10 @@ def test_a_task_encoder_built_with_arguments_on_the_command_line_passes(tmp_path
         ),
         (CONFIGURED, "cannot be built with no arguments"),
         (CONFIGURED + "(seq_length=16)", "cannot be built with seq_length=16"),
+        (
+            FACTORIES + "returns_text",
+            f"{FACTORIES}returns_text() returned a str, not a TaskEncoder class or instance",
+        ),
     ],
 )
 def test_bad_target_arguments_are_one_line_and_exit_4(tmp_path: Path, spec: str, expected: str) -> None:
@@ -164,3 +169,114 @@ def test_bad_target_arguments_are_one_line_and_exit_4(tmp_path: Path, spec: str,
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and expected in errors[0], output[-3000:]
     assert "Traceback" not in output and "test_property" not in output and len(output.splitlines()) < 6
+
+
+def test_a_task_encoder_factory_is_called_for_every_loader(tmp_path: Path) -> None:
+    """``MODULE:factory`` (no arguments) names a TaskEncoder factory: called where a class would be built,
+    for every loader; a factory may return the class; one that hands out a single instance gets a copy per
+    loader (checks instrument what they get)."""
+    from primus_energon import EncodedDiffusionTaskEncoder
+    from tests.conformance_zoo import factories
+
+    for kind in ("task_encoder", None):
+        target = resolve_target(FACTORIES + "make_task_encoder", kind=kind)
+        assert target.kind == "task_encoder" and target.obj is factories.make_task_encoder
+        before = factories.BUILT["task_encoders"]
+        first, second = target.make_task_encoder(), target.make_task_encoder()
+        assert isinstance(first, EncodedDiffusionTaskEncoder) and first is not second
+        assert factories.BUILT["task_encoders"] == before + 2
+    built = resolve_target(FACTORIES + "make_task_encoder_class", kind="task_encoder").make_task_encoder()
+    assert type(built) is EncodedDiffusionTaskEncoder
+    shared = resolve_target(FACTORIES + "shared_task_encoder", kind="task_encoder")
+    assert isinstance(shared.make_task_encoder(), EncodedDiffusionTaskEncoder)
+    assert shared.make_task_encoder() is not factories.shared_task_encoder()
+    results = check_task_encoder(
+        FACTORIES + "make_task_encoder", properties=["keys", "purity"], profile="quick", workdir=tmp_path
+    )
+    assert {r.property: r.verdict for r in results} == {"keys": "pass", "purity": "pass"}, [
+        r.message for r in results
+    ]
+
+
+def test_a_cooker_factory_is_called_once_and_a_cook_function_never() -> None:
+    """``--cooker MODULE:factory``: a function that requires no argument is a factory, called once; a cook
+    function (``@stateless``, or taking the sample) is told apart by its signature and not called."""
+    from primus_energon import PREENCODED_COOKER, cook_preencoded_diffusion
+    from tests.conformance_zoo import factories
+
+    for kind in ("cooker", None):
+        target = resolve_target(FACTORIES + "make_cooker", kind=kind)
+        assert target.kind == "cooker" and target.obj is PREENCODED_COOKER
+        assert target.named is factories.make_cooker and target.spec == FACTORIES + "make_cooker"
+    for spec in ("make_cook_function", "make_cook_function(encoding='preencoded')"):
+        target = resolve_target(FACTORIES + spec, kind="cooker")
+        assert target.obj is PREENCODED_COOKER.cook and target.spec == FACTORIES + spec
+    cook = resolve_target("primus_energon:cook_preencoded_diffusion")
+    assert cook.kind == "cooker" and cook.obj is cook_preencoded_diffusion and cook.source is None
+    results = check_cooker(FACTORIES + "make_cooker", properties=["accepted", "keys"], profile="quick")
+    assert [r.verdict for r in results] == ["pass", "pass"], [r.message for r in results]
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "expected"),
+    [
+        (
+            "returns_text",
+            "task_encoder",
+            "returns_text() returned a str, not a TaskEncoder class or instance; a factory given to "
+            "--task-encoder must return the TaskEncoder to check",
+        ),
+        (
+            "returns_text",
+            "cooker",
+            "returns_text() returned a str, not an Energon Cooker or a cook function; a factory given to "
+            "--cooker must return the cooker to check",
+        ),
+        (
+            "make_cooker",
+            "task_encoder",
+            "make_cooker() returned a Cooker, not a TaskEncoder class or instance; check it with --cooker "
+            f"{FACTORIES}make_cooker",
+        ),
+        (
+            "make_task_encoder",
+            "cooker",
+            "make_task_encoder() returned a TaskEncoder instance, not an Energon Cooker or a cook function; "
+            f"check it with --task-encoder {FACTORIES}make_task_encoder",
+        ),
+        ("raises", "task_encoder", "raises() failed (OSError: tokenizer.json not found)"),
+        ("raises", "cooker", "raises() failed (OSError: tokenizer.json not found)"),
+        ("make_cooker(size=3)", "cooker", "make_cooker(size=3) failed (TypeError: "),
+        (
+            "make_wrapper",
+            "wrapper",
+            "make_wrapper is a function, not a wrapper class (built as Wrapper(loader), like "
+            "primus_energon.MegatronDataloaderWrapper); name the wrapper class itself",
+        ),
+    ],
+)
+def test_a_factory_that_fails_or_returns_the_wrong_kind_is_refused(
+    spec: str, kind: str, expected: str
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        resolve_target(FACTORIES + spec, kind=kind)
+    message = str(raised.value)
+    assert message.startswith(FACTORIES) and expected in message and "\n" not in message, message
+
+
+def test_a_cook_function_given_as_a_task_encoder_is_not_called() -> None:
+    with pytest.raises(ValueError, match="a function that takes the sample .*; check it with --cooker"):
+        resolve_target("primus_energon:cook_preencoded_diffusion", kind="task_encoder")
+
+
+@pytest.mark.slow
+def test_factory_targets_are_rebuilt_in_fresh_processes(tmp_path: Path) -> None:
+    """determinism runs the target in fresh processes, which rebuild it from its spec: the factory is
+    called there as here."""
+    for check, spec in ((check_task_encoder, "make_task_encoder"), (check_cooker, "make_cooker")):
+        results = check(
+            FACTORIES + spec, properties=["determinism"], profile="quick", workdir=tmp_path / spec
+        )
+        assert [r.verdict for r in results] == ["pass"], [r.message for r in results]
+        claims = {c.id: c.verdict for c in results[0].claims}
+        assert claims["determinism/fresh_processes"] == "pass", claims
