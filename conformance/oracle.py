@@ -4,7 +4,11 @@ it holds it exactly.
 A member's expected value is read from its bytes by the suite's own safe readers: ``read_tensor`` for
 ``.pth``, ``safe_loads`` for pickles, ``np.load(allow_pickle=False)`` for ``.npy``, the declared dtype and
 shape for raw tensor bytes, strict UTF-8 for text, Pillow for images, ``json.loads`` for JSON. A
-structured member (a pickled dict, JSON with declared fields) is checked leaf by leaf.
+structured member (a pickled dict, JSON with declared fields) is checked leaf by leaf, nested ones too: a
+leaf's path is dotted (``source.url``; ``captions.long`` inside a JSON string, read by parsing it;
+``boxes[0].x`` in a list of objects), its name is the path's last part (``url``, ``long``; an item of a
+list has none), and a list of text or numbers is one leaf (the whole list). An output field that equals
+a structure the leaf sits in (the nested object, the list, the JSON string as text or parsed) holds it.
 
 The field is found, in this order, **by ``field:``** (the schema names it), **by name** (the member's stem,
 ``latents.pth`` -> ``latents``, or the leaf's name), **by value** (the output field whose value equals the
@@ -33,8 +37,11 @@ from primus_energon.synthetic.schema import (
     BytesSpec,
     ImageSpec,
     JsonSpec,
+    JsonStringSpec,
+    ListSpec,
     MemberSpec,
     NpySpec,
+    ObjectSpec,
     PickleSpec,
     TensorSpec,
     TextSpec,
@@ -76,6 +83,9 @@ class Expectation:
     explicit: bool  # the names come from `field:`
     required: bool
     aliases: tuple[str, ...] = ()  # generic names (``images``), tried only after a match by value
+    #: the structures a nested leaf sits in, outermost first (a nested object or list as stored; a JSON
+    #: string as its text, and the object parsed from it): an output field equal to one holds the leaf
+    within: tuple[Any, ...] = ()
 
     @property
     def what(self) -> str:
@@ -90,6 +100,8 @@ def claim_of(spec: Any) -> str:
         return "text"
     if isinstance(spec, ImageSpec):
         return "images"
+    if isinstance(spec, ListSpec):  # a list of text or numbers, one leaf
+        return claim_of(spec.of)
     return "other"
 
 
@@ -146,29 +158,89 @@ def _aliases(spec: Any, explicit: bool) -> tuple[str, ...]:
 
 def expectations(member: str, spec: MemberSpec, data: bytes, *, required: bool) -> Iterator[Expectation]:
     """What a cooked sample must carry for one member: the member itself, or each leaf of a pickled dict or
-    of JSON with declared fields (a pickle of one value, ``structure: value``, is one expectation)."""
+    of JSON with declared fields, nested leaves included (see the module docstring); a pickle of one
+    value, ``structure: value``, is one expectation unless that value is nested."""
     value = decode_member(spec, data)
     if isinstance(spec, PickleSpec) and spec.structure == "dict" and isinstance(value, Mapping):
-        for leaf, leaf_spec in spec.leaves.items():
-            names, explicit = _names(member, leaf_spec, leaf)
-            yield Expectation(
-                member, leaf, leaf_spec, value.get(leaf, MISSING), None, names, explicit, required
-            )
+        yield from _field_expectations(member, spec.leaves, value, "", required, ())
         return
     if isinstance(spec, JsonSpec) and spec.fields and isinstance(value, Mapping):
-        for leaf, leaf_spec in spec.fields.items():
-            names, explicit = _names(member, leaf_spec, leaf)
-            yield Expectation(
-                member, leaf, leaf_spec, value.get(leaf, MISSING), None, names, explicit, required
-            )
+        yield from _field_expectations(member, spec.fields, value, "", required, ())
         return
     if isinstance(spec, PickleSpec) and spec.structure == "value":
         leaf_spec = next(iter(spec.leaves.values()))
+        if _is_nested(leaf_spec):
+            yield from _value_expectations(member, leaf_spec, value, "", [], False, required, ())
+            return
         names, explicit = _names(member, spec, None)
         yield Expectation(member, None, leaf_spec, value, None, names, explicit, required)
         return
     names, explicit = _names(member, spec, None)
     yield Expectation(member, None, spec, value, data, names, explicit, required, _aliases(spec, explicit))
+
+
+def _is_nested(spec: Any) -> bool:
+    """Whether a value spec holds leaves of its own (an object, a JSON string, a list of anything but
+    text and numbers) rather than being one leaf."""
+    if isinstance(spec, ListSpec):
+        return not (spec.of in ("int", "float") or isinstance(spec.of, TextSpec))
+    return isinstance(spec, (ObjectSpec, JsonStringSpec))
+
+
+def _parsed_json(value: Any) -> Any:
+    """The JSON document a string holds, or MISSING."""
+    if not isinstance(value, str):
+        return MISSING
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return MISSING
+
+
+def _field_expectations(
+    member: str,
+    specs: Mapping[str, Any],
+    value: Any,
+    prefix: str,
+    required: bool,
+    within: tuple[Any, ...],
+) -> Iterator[Expectation]:
+    """The expectations of the named values of a dict (`value`, or MISSING) at path `prefix`."""
+    for name, spec in specs.items():
+        path = f"{prefix}.{name}" if prefix else name
+        item = value.get(name, MISSING) if isinstance(value, Mapping) else MISSING
+        names, explicit = _names(member, spec, name)
+        yield from _value_expectations(member, spec, item, path, names, explicit, required, within)
+
+
+def _value_expectations(
+    member: str,
+    spec: Any,
+    value: Any,
+    path: str,
+    names: list[str],
+    explicit: bool,
+    required: bool,
+    within: tuple[Any, ...],
+) -> Iterator[Expectation]:
+    """The expectations of one value at `path` ("" for a pickle's one value): itself when it is one leaf,
+    else each leaf in it, with the structures it sits in (`within`)."""
+    inner = within if value is MISSING else (*within, value)
+    if isinstance(spec, ObjectSpec):
+        yield from _field_expectations(member, spec.fields, value, path, required, inner)
+    elif isinstance(spec, JsonStringSpec):
+        document = _parsed_json(value)
+        if spec.of is not None:
+            yield from _value_expectations(member, spec.of, document, path, [], False, required, inner)
+        else:
+            inner = inner if document is MISSING else (*inner, document)
+            yield from _field_expectations(member, spec.fields, document, path, required, inner)
+    elif _is_nested(spec):
+        for i in range(spec.length):
+            item = value[i] if isinstance(value, (list, tuple)) and i < len(value) else MISSING
+            yield from _value_expectations(member, spec.of, item, f"{path}[{i}]", [], False, required, inner)
+    else:
+        yield Expectation(member, path or None, spec, value, None, names, explicit, required, within=within)
 
 
 def is_required(schema: Any, member: str, spec: Any) -> bool:
@@ -387,7 +459,7 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
     for name, value in present.items():
         if not name.startswith("__") and _same_raw_bytes(expected, value):
             return name, "by raw bytes"
-    nested = _nested_place(expected, present)
+    nested = _holder_of_structure(expected, present) or _nested_place(expected, present)
     if nested is not None:
         return nested, NESTED
     for name in expected.aliases:
@@ -399,6 +471,43 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
 #: How :func:`locate` names a match found inside a field (a nested dict, a list of per-sample dicts): the
 #: value there is the expected one bit for bit, so there is nothing left to compare.
 NESTED = "by value, nested"
+
+
+def _holder_of_structure(expected: Expectation, present: Mapping[str, Any]) -> str | None:
+    """The output field equal to a structure a nested leaf sits in (innermost first: the parsed nested
+    object passed on whole, a JSON string kept as text), or None: that field holds the leaf exactly."""
+    for structure in reversed(expected.within):
+        for name, value in present.items():
+            if not name.startswith("__") and value is not None and _same_structure(value, structure):
+                return name
+    return None
+
+
+def _same_structure(observed: Any, want: Any) -> bool:
+    """Whether ``observed`` equals ``want`` exactly: dicts by keys and values, lists and tuples item by
+    item, tensors and arrays bitwise (:func:`identical`), text and numbers of the same type."""
+    if isinstance(want, Mapping):
+        return (
+            isinstance(observed, Mapping)
+            and len(observed) == len(want)
+            and all(key in observed and _same_structure(observed[key], item) for key, item in want.items())
+        )
+    if isinstance(want, (list, tuple)):
+        return (
+            isinstance(observed, (list, tuple))
+            and len(observed) == len(want)
+            and all(_same_structure(a, b) for a, b in zip(observed, want, strict=True))
+        )
+    want_tensor = _as_tensor(want)
+    if want_tensor is not None:
+        got = _as_tensor(observed)
+        return got is not None and identical(got, want_tensor)
+    if type(observed) is not type(want):
+        return False
+    try:
+        return bool(observed == want)
+    except Exception:  # an object whose == is not a truth value
+        return False
 
 
 def _nested_place(expected: Expectation, present: Mapping[str, Any]) -> str | None:

@@ -80,9 +80,9 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .derive import derive_dataset
     from .errors import SyntheticError
     from .faults import FAULT_KINDS
-    from .derive import derive_dataset
     from .generate import generate_dataset
     from .manifest import FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
     from .metadataset import write_metadataset

@@ -29,8 +29,11 @@ from .schema import (
     BytesSpec,
     ImageSpec,
     JsonSpec,
+    JsonStringSpec,
+    ListSpec,
     MemberSpec,
     NpySpec,
+    ObjectSpec,
     PickleSpec,
     Schema,
     TensorSpec,
@@ -245,7 +248,20 @@ class PayloadFactory:
         return self.tensor(name, TensorSpec(spec.shape, spec.dtype), index).numpy()
 
     def leaf(self, name: str, leaf: Any, index: int) -> Any:
-        """The value of a pickle leaf or json field ``name`` (``member/leaf``) of sample `index`."""
+        """The value of a pickle leaf or json field ``name`` (``member/leaf``) of sample `index`. Nested
+        values draw from their own streams: an object's field ``member/leaf/field``, a list's item
+        ``member/leaf/<i>``; a json string is ``json.dumps`` (keys sorted) of the document it holds."""
+        if isinstance(leaf, ObjectSpec):
+            return {field: self.leaf(f"{name}/{field}", s, index) for field, s in leaf.fields.items()}
+        if isinstance(leaf, ListSpec):
+            return [self.leaf(f"{name}/{i}", leaf.of, index) for i in range(leaf.length)]
+        if isinstance(leaf, JsonStringSpec):
+            document = (
+                self.leaf(name, ObjectSpec(leaf.fields), index)
+                if leaf.of is None
+                else self.leaf(name, leaf.of, index)
+            )
+            return json.dumps(document, sort_keys=True, ensure_ascii=False)
         if isinstance(leaf, TensorSpec):
             return self.tensor(name, leaf, index)
         if isinstance(leaf, NpySpec):

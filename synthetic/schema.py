@@ -13,6 +13,10 @@ are schemas too (`builtin_schema`), and a custom format is one YAML or JSON file
 Member names are the tar member suffix exactly as Energon's crude sample dict keys them (``"latents.pth"``,
 ``"jpg"``). `kind` may be left out when the extension says it (``.pth``/``.pt`` tensor, ``.txt`` text,
 ``.json`` json, ``jpg``/``jpeg``/``png``/``webp`` image, anything else bytes).
+
+A JSON member's `fields` (and a pickle's `leaves`) may nest: ``{kind: object, fields: {...}}``, ``{kind: list,
+of: <spec>, length: N}`` and ``{kind: json_string, fields: {...}}`` (a string holding a JSON document, as
+datasets store caption sets). `infer_json_spec` describes a JSON document a user's dataset holds.
 """
 
 from __future__ import annotations
@@ -52,7 +56,12 @@ __all__ = [
     "BytesSpec",
     "ImageSpec",
     "JsonSpec",
+    "JsonStringSpec",
+    "ListSpec",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_FIELDS",
     "MemberSpec",
+    "ObjectSpec",
     "NpySpec",
     "PickleSpec",
     "Schema",
@@ -62,6 +71,7 @@ __all__ = [
     "builtin_schema",
     "example_schemas",
     "harmonised",
+    "infer_json_spec",
     "load_schema",
 ]
 
@@ -180,7 +190,8 @@ class ImageSpec:
 @dataclass(frozen=True)
 class JsonSpec:
     """A UTF-8 JSON object. Without `fields`, metadata (key, index, size, score, tags); with them, the key
-    and exactly those fields: name -> a leaf spec (``text``, or ``int``/``float`` numbers)."""
+    and exactly those fields: name -> a value spec (``text``, ``int``/``float`` numbers, or `ObjectSpec`,
+    `ListSpec`, `JsonStringSpec`, nested at most `MAX_JSON_DEPTH` deep)."""
 
     fields: Mapping[str, Any] = field(default_factory=dict)
     field: str | None = None
@@ -197,9 +208,63 @@ class JsonSpec:
 
 
 @dataclass(frozen=True)
+class ObjectSpec:
+    """A nested object: name -> a value spec (``text``, ``int``, ``float``, `ObjectSpec`, `ListSpec`,
+    `JsonStringSpec`; inside a pickle also tensor and npy specs). Written as a JSON object, or a dict in a
+    pickle. `field:` belongs on its leaves, not on the object."""
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "object"
+    field: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "fields": {k: _leaf_to_dict(v) for k, v in self.fields.items()}}
+
+
+@dataclass(frozen=True)
+class ListSpec:
+    """`length` values of one value spec `of` (``int``, ``float``, ``text``, or a nested spec; each item
+    drawn on its own). A list of text or numbers is one value (`field:` may name its output field); a
+    list of other items is checked item by item."""
+
+    of: Any = None
+    length: int = 0
+    field: str | None = None
+    kind: ClassVar[str] = "list"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "of": _leaf_to_dict(self.of), "length": self.length}
+        return _with_field(out, self.field)
+
+
+@dataclass(frozen=True)
+class JsonStringSpec:
+    """A string that holds a JSON document (``json.dumps``, keys sorted): an object of `fields`, as datasets
+    store caption sets (``"captions": "{\\"short\\": ..., \\"long\\": ...}"``), or with `of` any other JSON
+    value spec (a list, a number). Its leaves are read by parsing the string."""
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    of: Any = None
+    kind: ClassVar[str] = "json_string"
+    field: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.of is not None:
+            return {"kind": self.kind, "of": _leaf_to_dict(self.of)}
+        return {"kind": self.kind, "fields": {k: _leaf_to_dict(v) for k, v in self.fields.items()}}
+
+
+@dataclass(frozen=True)
 class PickleSpec:
-    """A pickled structure, as DFM and NeMo write: a dict of `leaves` (name -> tensor, npy or text spec;
-    tensors are torch tensors, npy leaves numpy arrays), or with ``structure="value"`` the one leaf itself."""
+    """A pickled structure, as DFM and NeMo write: a dict of `leaves` (name -> tensor, npy, text, int,
+    float, or nested object/list/json_string specs; tensors are torch tensors, npy leaves numpy arrays), or
+    with ``structure="value"`` the one leaf itself."""
 
     leaves: Mapping[str, Any] = field(default_factory=dict)
     structure: str = "dict"
@@ -244,6 +309,10 @@ class BytesSpec:
 
 #: leaf kinds of a json field or a pickle leaf besides specs: plain numbers
 _NUMBER_LEAVES = ("int", "float")
+#: how deep json fields and pickle leaves nest (a document's own fields are at depth 1)
+MAX_JSON_DEPTH = 8
+#: how many fields (at every depth together) `infer_json_spec` describes at most
+MAX_JSON_FIELDS = 256
 
 
 def _leaf_to_dict(leaf: Any) -> Any:
@@ -453,9 +522,7 @@ def _validate_spec(spec: Any, where: str) -> None:
         elif not isinstance(spec.size, int) or spec.size < 1:
             raise SyntheticError(f"{where}: size must be a positive integer")
     elif isinstance(spec, JsonSpec):
-        for name, leaf in spec.fields.items():
-            if not (leaf in ("int", "float") or isinstance(leaf, TextSpec)):
-                raise SyntheticError(f"{where}: json field {name!r} must be text, int or float")
+        _validate_fields(spec.fields, where, "field", "", arrays=False, depth=1)
     elif isinstance(spec, PickleSpec):
         if spec.structure not in ("dict", "value"):
             raise SyntheticError(f"{where}: structure must be dict or value, got {spec.structure!r}")
@@ -463,13 +530,92 @@ def _validate_spec(spec: Any, where: str) -> None:
             raise SyntheticError(f"{where}: a pickle needs leaves (exactly one with structure: value)")
         if not (2 <= spec.protocol <= 5):
             raise SyntheticError(f"{where}: protocol must be 2..5")
-        for name, leaf in spec.leaves.items():
-            if not isinstance(leaf, (TensorSpec, NpySpec, TextSpec)) and leaf not in ("int", "float"):
-                raise SyntheticError(
-                    f"{where}: pickle leaf {name!r} must be a tensor, npy, text, int or float"
-                )
-            if not isinstance(leaf, str):
-                _validate_spec(leaf, f"{where}: leaf {name!r}")
+        _validate_fields(spec.leaves, where, "leaf", "", arrays=True, depth=1)
+
+
+def _value_kinds(arrays: bool) -> str:
+    """The value kinds a json field (`arrays` False) or a pickle leaf may have, for error messages."""
+    nested = "object, list or json_string spec"
+    return (
+        f"int, float, text or a tensor, npy, text, {nested}" if arrays else f"int, float, text or an {nested}"
+    )
+
+
+def _validate_fields(fields: Any, where: str, noun: str, prefix: str, *, arrays: bool, depth: int) -> None:
+    """Check the named values of a json document, a pickled dict or a nested object; errors name each
+    value by its dotted path (``captions.long``) under `where`."""
+    if not isinstance(fields, Mapping):
+        raise SyntheticError(f"{where}: {noun}s must map names to value specs, got {type(fields).__name__}")
+    for name, value in fields.items():
+        if not isinstance(name, str) or not name:
+            raise SyntheticError(f"{where}: {noun} names must be non-empty strings, got {name!r}")
+        path = f"{prefix}.{name}" if prefix else name
+        _validate_value(value, f"{where}: {noun} {path!r}", where, noun, path, arrays=arrays, depth=depth)
+
+
+def _validate_value(
+    value: Any, at: str, where: str, noun: str, path: str, *, arrays: bool, depth: int
+) -> None:
+    """Check one value spec at nesting `depth` (a document's own fields are at depth 1); `at` names it."""
+    allowed: tuple[type, ...] = (TextSpec, ObjectSpec, ListSpec, JsonStringSpec)
+    if arrays:
+        allowed += (TensorSpec, NpySpec)
+    if not (isinstance(value, allowed) or (isinstance(value, str) and value in _NUMBER_LEAVES)):
+        raise SyntheticError(f"{at} must be {_value_kinds(arrays)}, got {value!r:.80}")
+    if depth > MAX_JSON_DEPTH:
+        raise SyntheticError(
+            f"{at} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are supported (flatten the structure)"
+        )
+    if isinstance(value, str):
+        return
+    _validate_spec(value, at)
+    if isinstance(value, ObjectSpec):
+        if not value.fields:
+            raise SyntheticError(
+                f"{at}: an object needs fields, e.g. {{kind: object, fields: {{url: {{kind: text}}, width: int}}}}"
+            )
+        _validate_fields(value.fields, where, noun, path, arrays=arrays, depth=depth + 1)
+    elif isinstance(value, JsonStringSpec):
+        if (value.of is None) == (not value.fields):
+            raise SyntheticError(
+                f"{at}: a json_string needs either fields (the object it holds, e.g. {{kind: json_string, "
+                "fields: {short: {kind: text}}}) or of (any other JSON value, e.g. {kind: json_string, of: "
+                "{kind: list, of: int, length: 3}}), not both"
+            )
+        if value.of is None:  # a JSON document: no tensors in it, even inside a pickle
+            _validate_fields(value.fields, where, noun, path, arrays=False, depth=depth + 1)
+        elif isinstance(value.of, ObjectSpec):
+            raise SyntheticError(
+                f"{at}: for a json_string holding an object write fields: {{...}}, not of: {{kind: object}}"
+            )
+        else:
+            _validate_value(value.of, f"{at}: of", where, noun, f"{path}[]", arrays=False, depth=depth + 1)
+    elif isinstance(value, ListSpec):
+        if not isinstance(value.length, int) or isinstance(value.length, bool) or value.length < 1:
+            raise SyntheticError(
+                f"{at}: a list needs length, the number of items (a positive integer), e.g. "
+                f"{{kind: list, of: {{kind: text}}, length: 2}}, got {value.length!r}"
+            )
+        if value.of is None:
+            raise SyntheticError(
+                f"{at}: a list needs of, the spec of its items, e.g. of: int or of: {{kind: text}}"
+            )
+        if getattr(value.of, "field", None) is not None:
+            raise SyntheticError(
+                f"{at}: of: a list item has no output field of its own (a list of text or numbers may name "
+                "one: put field: on the list)"
+            )
+        if value.field is not None and not _scalar_value(value.of):
+            raise SyntheticError(
+                f"{at}: field: names the output field of one value; a list of {getattr(value.of, 'kind', value.of)} "
+                "items is checked item by item, so put field: on the items' leaves"
+            )
+        _validate_value(value.of, f"{at}: of", where, noun, f"{path}[]", arrays=arrays, depth=depth + 1)
+
+
+def _scalar_value(spec: Any) -> bool:
+    """Text or a number: a list of them is one value (compared as a whole)."""
+    return spec in _NUMBER_LEAVES or isinstance(spec, TextSpec)
 
 
 _SPEC_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -523,9 +669,9 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
         if kind == "bytes" and "shape" in kwargs:
             kwargs["shape"] = _check_shape(kwargs["shape"], f"{where}: shape")
         if kind == "json":
-            kwargs["fields"] = _leaves_from_dict(kwargs.get("fields") or {}, f"{where}: fields")
+            kwargs["fields"] = _leaves_from_dict(kwargs.get("fields") or {}, where, "field", arrays=False)
         if kind == "pickle":
-            kwargs["leaves"] = _leaves_from_dict(kwargs.get("leaves") or {}, f"{where}: leaves")
+            kwargs["leaves"] = _leaves_from_dict(kwargs.get("leaves") or {}, where, "leaf", arrays=True)
         if kind == "image":
             ext = member_extension(str(name))
             fmt = kwargs.get("format") or (IMAGE_FORMATS.get(ext, "JPEG").lower())
@@ -561,28 +707,61 @@ def _schema_from_dict(data: Any, source: str) -> Schema:
         raise SyntheticError(str(exc).replace("schema:", f"{source}:", 1)) from None
 
 
-def _leaves_from_dict(raw: Any, where: str) -> dict[str, Any]:
-    """Leaf specs of a pickle or json member: ``int``/``float``, or a spec mapping (``{kind: tensor, ...}``)."""
+#: the nested value kinds of json fields and pickle leaves, and their fields
+_VALUE_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"object": ("fields",), "list": ("of", "length", "field"), "json_string": ("fields", "of")}
+)
+_VALUE_TYPES: Mapping[str, type] = MappingProxyType(
+    {"object": ObjectSpec, "list": ListSpec, "json_string": JsonStringSpec}
+)
+
+
+def _leaves_from_dict(raw: Any, where: str, noun: str, *, arrays: bool, prefix: str = "") -> dict[str, Any]:
+    """Value specs of a pickle's leaves (`noun` ``leaf``, `arrays`: tensor and npy allowed) or a json
+    member's fields (``field``): ``int``/``float``/``text``, or a spec mapping (``{kind: tensor, ...}``,
+    ``{kind: object, fields: ...}``). `where` names the member; errors name a value by its dotted path
+    (``field 'captions.long'``; `prefix`: the path of the object they belong to)."""
     if not isinstance(raw, Mapping):
-        raise SyntheticError(f"{where} must map names to leaf specs")
+        at = f"{where}: {noun} {prefix!r}: fields" if prefix else f"{where}: {noun}s"
+        raise SyntheticError(f"{at} must map names to value specs, e.g. {{caption: text, width: int}}")
     out: dict[str, Any] = {}
     for name, leaf in raw.items():
-        if leaf in _NUMBER_LEAVES:
-            out[str(name)] = leaf
-            continue
-        if leaf == "text":
-            leaf = {"kind": "text"}
-        if not isinstance(leaf, Mapping) or leaf.get("kind") not in ("tensor", "npy", "text"):
-            raise SyntheticError(f"{where}: {name!r} must be int, float, text or a tensor/npy/text spec")
-        kind = leaf["kind"]
-        args = {k: v for k, v in leaf.items() if k != "kind"}
-        extra = set(args) - set(_SPEC_FIELDS[kind])
-        if extra:
-            raise SyntheticError(f"{where}: {name!r}: unknown field(s) {sorted(extra)} for kind {kind}")
-        if kind in ("tensor", "npy"):
-            args["shape"] = _check_shape(args.get("shape"), f"{where}: {name!r}: shape")
-        out[str(name)] = _SPEC_TYPES[kind](**args)
+        path = f"{prefix}.{name}" if prefix else str(name)
+        out[str(name)] = _value_from_dict(leaf, f"{where}: {noun} {path!r}", where, noun, path, arrays=arrays)
     return out
+
+
+def _value_from_dict(raw: Any, at: str, where: str, noun: str, path: str, *, arrays: bool) -> Any:
+    """One value spec read from its file form; `at` names it in errors."""
+    if isinstance(raw, str) and raw in _NUMBER_LEAVES:
+        return raw
+    if raw == "text":
+        raw = {"kind": "text"}
+    kinds = ("tensor", "npy", "text") if arrays else ("text",)
+    if not isinstance(raw, Mapping) or raw.get("kind") not in (*kinds, *_VALUE_FIELDS):
+        raise SyntheticError(f"{at} must be {_value_kinds(arrays)}, got {raw!r:.80}")
+    kind = raw["kind"]
+    args = {k: v for k, v in raw.items() if k != "kind"}
+    allowed = _VALUE_FIELDS.get(kind) or _SPEC_FIELDS[kind]
+    extra = set(args) - set(allowed)
+    if extra:
+        hint = (
+            "; field: names the output field of one value, so put it on the leaves"
+            if "field" in extra and kind in ("object", "json_string")
+            else ""
+        )
+        raise SyntheticError(
+            f"{at}: unknown field(s) {sorted(extra)} for kind {kind}; allowed: {', '.join(allowed)}{hint}"
+        )
+    if kind in ("tensor", "npy"):
+        args["shape"] = _check_shape(args.get("shape"), f"{at}: shape")
+    if "fields" in args:  # an object, or the object a json_string holds (JSON: no tensors in it)
+        inner = arrays and kind == "object"
+        args["fields"] = _leaves_from_dict(args["fields"], where, noun, arrays=inner, prefix=path)
+    if "of" in args:
+        inner = arrays and kind == "list"
+        args["of"] = _value_from_dict(args["of"], f"{at}: of", where, noun, f"{path}[]", arrays=inner)
+    return (_VALUE_TYPES.get(kind) or _SPEC_TYPES[kind])(**args)
 
 
 def load_schema(path: str | PathLike[str]) -> Schema:
@@ -602,6 +781,95 @@ def load_schema(path: str | PathLike[str]) -> Schema:
             f"schema file {str(p)!r} is not valid {p.suffix.lstrip('.') or 'YAML'}: {first}"
         ) from None
     return _schema_from_dict(data, f"schema file {str(p)!r}")
+
+
+def infer_json_spec(document: Any) -> JsonSpec:
+    """The spec of a JSON document a user's dataset holds (what ``json.loads`` of a member returned), for
+    generating data like it. A pure function: it reads `document` only.
+
+    An object's fields are described recursively: a nested object as `ObjectSpec`; a list as `ListSpec`
+    of its first item's spec and its length (an empty list, or one whose items are of different JSON kinds,
+    is left out; ints mixed with floats are floats); a string that parses as a JSON object or list
+    (stripped, starting with ``{`` or ``[``) as `JsonStringSpec`; any other string as text; an int or
+    float as ``"int"``/``"float"``; a bool or null is left out, and so is an object, list or JSON string
+    nothing in which can be described. The top-level ``key`` field is left out (the generator writes the
+    sample key there). At most `MAX_JSON_DEPTH` levels (a document's own fields are level 1) and
+    `MAX_JSON_FIELDS` fields in all are described; deeper or further fields are left out. A document
+    that is not an object (a list, a number, a string) is opaque JSON: ``JsonSpec()``."""
+    if not isinstance(document, Mapping):
+        return JsonSpec()
+    own = {name: value for name, value in document.items() if name != "key"}
+    return JsonSpec(_infer_fields(own, 1, [MAX_JSON_FIELDS]))
+
+
+def _infer_fields(obj: Mapping[Any, Any], depth: int, budget: list[int]) -> dict[str, Any]:
+    """The described fields of one object whose fields sit at `depth`; `budget` counts fields left."""
+    out: dict[str, Any] = {}
+    for name, value in obj.items():
+        if budget[0] <= 0:
+            break
+        if not isinstance(name, str) or not name:
+            continue
+        before = budget[0]
+        budget[0] -= 1
+        spec = _infer_value(value, depth, budget)
+        if spec is None:
+            budget[0] = before  # nothing described: its fields do not count
+        else:
+            out[name] = spec
+    return out
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "none"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list"}.get(type(value), "object" if isinstance(value, Mapping) else "none")
+
+
+def _infer_value(value: Any, depth: int, budget: list[int]) -> Any:
+    """The spec of one value at `depth`, or None when it is left out."""
+    if depth > MAX_JSON_DEPTH or isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        parsed = _json_in_string(value)
+        if parsed is None:
+            return TextSpec()
+        if isinstance(parsed, Mapping):
+            inner = _infer_fields(parsed, depth + 1, budget)
+            return JsonStringSpec(inner) if inner else None
+        of = _infer_value(parsed, depth + 1, budget)
+        return JsonStringSpec(of=of) if of is not None else None
+    if isinstance(value, Mapping):
+        inner = _infer_fields(value, depth + 1, budget)
+        return ObjectSpec(inner) if inner else None
+    if isinstance(value, list) and value:
+        kinds = {_json_kind(item) for item in value}
+        if len(kinds) != 1 or "none" in kinds:
+            return None
+        first = value[0]
+        if kinds == {"number"} and any(isinstance(item, float) for item in value):
+            first = 0.0  # ints mixed with floats: floats
+        of = _infer_value(first, depth + 1, budget)
+        return ListSpec(of, len(value)) if of is not None else None
+    return None
+
+
+def _json_in_string(text: str) -> Any:
+    """The JSON object or list a string holds (stripped, starting with ``{`` or ``[``), else None."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return None
+    try:
+        parsed = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, (Mapping, list)) else None
 
 
 def builtin_schema(

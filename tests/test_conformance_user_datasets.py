@@ -8,6 +8,7 @@ and the report says so), locally and on object storage. A target that pins the o
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,90 @@ def test_the_seed_claim_does_not_apply_where_energon_gives_one_order_everywhere(
     assert all("checked on a dataset derived from your samples instead" in n for n in notes)
     pairs, notes = _seed_plan(Ctx(), child({0: fixed, 1: fixed}, {0: fixed, 1: fixed}), "/g")  # type: ignore[arg-type]
     assert pairs == [] and all("Energon's order did not depend on the seed either" in n for n in notes)
+
+
+# --- a schema beside the user's dataset: it refines the inferred format, or the pair is a usage error ----
+
+
+@pytest.fixture(scope="module")
+def preencoded_user(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("refine") / "mine"
+    generate_dataset(out, shapes=SMALL_SHAPES, num_samples=4, shard_size=4, key_prefix="m")
+    return out
+
+
+def _context(tmp_path: Path, dataset: Path, schema: Path) -> Any:
+    from primus_energon.conformance.context import CheckContext
+    from primus_energon.conformance.data import Workspace
+    from primus_energon.conformance.target import resolve_target
+
+    workspace = Workspace(tmp_path / "ws", schema_files=(str(schema),), dataset=str(dataset))
+    target = resolve_target("primus_energon:EncodedDiffusionTaskEncoder", kind="task_encoder")
+    return CheckContext(target, workspace, PROFILES["quick"])
+
+
+def test_a_schema_beside_the_dataset_refines_the_inferred_format(
+    preencoded_user: Path, tmp_path: Path
+) -> None:
+    schema = tmp_path / "refine.yaml"
+    schema.write_text(
+        "encoding: preencoded\nrequired: [caption.txt]\nmembers:\n"
+        "  pooled_prompt_embeds.pth: {kind: tensor, shape: [16], field: pooled}\n"
+        "  caption.txt: {kind: text}\n"
+    )
+    ctx = _context(tmp_path, preencoded_user, schema)
+    assert ctx.format_problem() is None
+    refined = ctx.workspace.schema(None)
+    assert refined.members["pooled_prompt_embeds.pth"].field == "pooled"  # the schema's spec
+    assert refined.members["latents.pth"].shape == tuple(SMALL_SHAPES["latents"])  # inferred, kept
+    assert list(refined.members) == [
+        "latents.pth",
+        "prompt_embeds.pth",
+        "pooled_prompt_embeds.pth",
+        "caption.txt",
+    ]
+    assert refined.required == ("caption.txt",)
+    assert ctx.formats()["checked"] == [
+        {"encoding": "preencoded", "source": f"inferred from {preencoded_user}, refined by schema {schema}"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("schema_text", "expected"),
+    [
+        (
+            "encoding: preencoded\nmembers:\n  t5.bytes: {kind: npy, shape: [4], dtype: float16}\n",
+            r"describes member\(s\) \['t5.bytes'\] that the dataset's samples do not have",
+        ),
+        (
+            "encoding: other\nmembers:\n  latents.pth: {kind: tensor, shape: [4, 8, 8]}\n",
+            "the schema's encoding 'other' is not the dataset's \\('preencoded'",
+        ),
+        (
+            "encoding: preencoded\nmembers:\n  latents.pth: {kind: image, size: [8, 8], format: png}\n",
+            "member 'latents.pth' of the dataset's first sample does not read as the schema's image",
+        ),
+    ],
+)
+def test_a_schema_that_disagrees_with_the_dataset_is_a_usage_error(
+    preencoded_user: Path, tmp_path: Path, schema_text: str, expected: str
+) -> None:
+    schema = tmp_path / "bad.yaml"
+    schema.write_text(schema_text)
+    problem = _context(tmp_path, preencoded_user, schema).format_problem()
+    assert problem is not None and re.search(expected, problem), problem
+    assert problem.startswith(f"--conformance-schema {schema} with --conformance-dataset {preencoded_user}")
+
+
+def test_the_pair_that_disagrees_stops_the_run_with_exit_4(preencoded_user: Path, tmp_path: Path) -> None:
+    schema = tmp_path / "bad.yaml"
+    schema.write_text("encoding: preencoded\nmembers:\n  t5.bytes: {kind: npy, shape: [4], dtype: float16}\n")
+    run = run_pytest(
+        tmp_path,
+        "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+        f"--conformance-dataset={preencoded_user}",
+        f"--conformance-schema={schema}",
+        "--conformance-profile=quick",
+    )
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "that the dataset's samples do not have" in run.stdout + run.stderr

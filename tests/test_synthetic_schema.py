@@ -12,6 +12,11 @@ from hypothesis import strategies as st
 
 from primus_energon.synthetic import (
     ImageSpec,
+    JsonSpec,
+    JsonStringSpec,
+    ListSpec,
+    ObjectSpec,
+    PickleSpec,
     Schema,
     SyntheticError,
     TensorSpec,
@@ -217,3 +222,233 @@ def test_any_tensor_spec_generates_its_dtype_and_shape(shape, dtype, seed, tmp_p
         if name.endswith(".pth"):
             t = h.tensor_of(data)
             assert (str(t.dtype), tuple(t.shape)) == (f"torch.{dtype}", tuple(shape))
+
+
+# -- nested JSON fields ------------------------------------------------------------------------------------------
+T2I_YAML = """\
+encoding: t2i
+members:
+  image: {kind: image, format: jpeg, size: [16, 24]}
+  json:
+    kind: json
+    fields:
+      width: int
+      captions: {kind: json_string, fields: {short: {kind: text}, long: {kind: text}, tags: {kind: list, of: {kind: text}, length: 2}}}
+      source: {kind: object, fields: {url: {kind: text}, licence: {kind: text}}}
+"""
+
+
+def test_the_documented_nested_json_schema_reads_as_nested_specs(tmp_path):
+    path = tmp_path / "t2i.yaml"
+    path.write_text(T2I_YAML)
+    schema = load_schema(path)
+    assert schema.members["json"] == JsonSpec(
+        {
+            "width": "int",
+            "captions": JsonStringSpec(
+                {"short": TextSpec(), "long": TextSpec(), "tags": ListSpec(TextSpec(), 2)}
+            ),
+            "source": ObjectSpec({"url": TextSpec(), "licence": TextSpec()}),
+        }
+    )
+    assert "```yaml\n" + T2I_YAML in (h.REPO / "docs" / "schemas.md").read_text(), (
+        "docs/schemas.md does not show the nested JSON example"
+    )
+
+
+NESTED_MEMBERS = {
+    "meta.json": {
+        "kind": "json",
+        "fields": {
+            "width": "int",
+            "score": "float",
+            "caption": "text",
+            "captions": {
+                "kind": "json_string",
+                "fields": {"short": {"kind": "text", "max_words": 6}, "n": "int"},
+            },
+            "ids": {"kind": "json_string", "of": {"kind": "list", "of": "int", "length": 3}},
+            "source": {
+                "kind": "object",
+                "fields": {"url": "text", "size": {"kind": "object", "fields": {"h": "int"}}},
+            },
+            "tags": {"kind": "list", "of": "text", "length": 2, "field": "labels"},
+            "scores": {"kind": "list", "of": "float", "length": 4},
+            "boxes": {
+                "kind": "list",
+                "of": {
+                    "kind": "object",
+                    "fields": {"x": "float", "label": {"kind": "text", "field": "name"}},
+                },
+                "length": 2,
+            },
+            "grid": {"kind": "list", "of": {"kind": "list", "of": "int", "length": 2}, "length": 2},
+        },
+    },
+    "p.pickle": {
+        "kind": "pickle",
+        "leaves": {
+            "meta": {"kind": "object", "fields": {"emb": {"kind": "tensor", "shape": [2, 3]}, "n": "int"}},
+            "embs": {"kind": "list", "of": {"kind": "npy", "shape": [4], "dtype": "float16"}, "length": 2},
+            "doc": {"kind": "json_string", "fields": {"a": "text"}},
+        },
+    },
+}
+
+
+def test_nested_specs_round_trip_exactly_through_dicts_yaml_and_json(tmp_path):
+    schema = Schema.from_dict({"encoding": "nested", "members": NESTED_MEMBERS})
+    assert Schema.from_dict(schema.to_dict()) == schema
+    for suffix, dump in (("yaml", lambda d: yaml.safe_dump(d, sort_keys=False)), ("json", json.dumps)):
+        path = tmp_path / f"s.{suffix}"
+        path.write_text(dump(schema.to_dict()))
+        assert load_schema(path) == schema, f"the {suffix} file does not read back as the same schema"
+    fields = schema.members["meta.json"].fields
+    assert fields["tags"] == ListSpec(TextSpec(), 2, field="labels")
+    assert fields["ids"] == JsonStringSpec(of=ListSpec("int", 3))
+    assert fields["ids"].to_dict() == {
+        "kind": "json_string",
+        "of": {"kind": "list", "of": "int", "length": 3},
+    }
+    assert fields["grid"].to_dict() == {
+        "kind": "list",
+        "of": {"kind": "list", "of": "int", "length": 2},
+        "length": 2,
+    }
+    leaves = schema.members["p.pickle"].leaves
+    assert leaves["meta"] == ObjectSpec({"emb": TensorSpec((2, 3)), "n": "int"})
+    # the schema crosses process boundaries through its dict form
+    import pickle
+
+    assert pickle.loads(pickle.dumps(schema)) == schema  # noqa: S301 - our own bytes
+
+
+def test_nested_specs_built_in_python_are_validated():
+    Schema("x", {"m.json": JsonSpec({"o": ObjectSpec({"l": ListSpec("float", 3)})})})
+    with pytest.raises(
+        SyntheticError, match=r"member 'm.json': field 'o.t' must be int, float, text or an object"
+    ):
+        Schema("x", {"m.json": JsonSpec({"o": ObjectSpec({"t": TensorSpec((2,))})})})
+    with pytest.raises(SyntheticError, match=r"member 'p.pickle': leaf 'o.l': a list needs length"):
+        Schema("x", {"p.pickle": PickleSpec({"o": ObjectSpec({"l": ListSpec("int", 0)})})})
+    deep: object = "int"
+    for _ in range(7):
+        deep = ObjectSpec({"n": deep})
+    Schema("x", {"m.json": JsonSpec({"d": deep})})  # 8 levels: the limit
+    with pytest.raises(SyntheticError, match=r"field 'd\.n(\.n){7}' nests 9 levels deep; at most 8"):
+        Schema("x", {"m.json": JsonSpec({"d": ObjectSpec({"n": deep})})})
+
+
+def _json_fields(fields: dict) -> dict:
+    return {"encoding": "x", "members": {"m.json": {"kind": "json", "fields": fields}}}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            _json_fields({"a": "bool"}),
+            r"field 'a' must be int, float, text or an object, list or json_string spec",
+        ),
+        (
+            _json_fields({"a": {"kind": "tensor", "shape": [2]}}),
+            r"field 'a' must be int, float, text or an object, list or json_string spec",
+        ),
+        (_json_fields({"o": {"kind": "object"}}), r"field 'o': an object needs fields, e.g. \{kind: object"),
+        (
+            _json_fields({"o": {"kind": "object", "fields": [1]}}),
+            r"field 'o': fields must map names to value specs",
+        ),
+        (
+            _json_fields({"o": {"kind": "object", "fields": {"u": "text"}, "field": "src"}}),
+            r"field 'o': unknown field\(s\) \['field'\] for kind object; allowed: fields; field: names the output "
+            "field of one value, so put it on the leaves",
+        ),
+        (
+            _json_fields({"l": {"kind": "list", "of": "int"}}),
+            r"field 'l': a list needs length, .* e.g. \{kind: list",
+        ),
+        (_json_fields({"l": {"kind": "list", "of": "int", "length": -1}}), r"field 'l': a list needs length"),
+        (
+            _json_fields({"l": {"kind": "list", "length": 2}}),
+            r"field 'l': a list needs of, the spec of its items",
+        ),
+        (
+            _json_fields({"l": {"kind": "list", "of": "str", "length": 2}}),
+            r"field 'l': of must be int, float, text",
+        ),
+        (
+            _json_fields({"l": {"kind": "list", "of": {"kind": "text", "field": "t"}, "length": 2}}),
+            r"field 'l': of: a list item has no output field of its own .* put field: on the list",
+        ),
+        (
+            _json_fields(
+                {
+                    "l": {
+                        "kind": "list",
+                        "of": {"kind": "object", "fields": {"a": "int"}},
+                        "length": 2,
+                        "field": "t",
+                    }
+                }
+            ),
+            r"field 'l': field: names the output field of one value; a list of object items is checked item by item",
+        ),
+        (
+            _json_fields(
+                {"l": {"kind": "list", "of": {"kind": "object", "fields": {"a": "bool"}}, "length": 2}}
+            ),
+            r"field 'l\[\].a' must be int, float, text",
+        ),
+        (
+            _json_fields({"c": {"kind": "json_string"}}),
+            r"field 'c': a json_string needs either fields .* or of",
+        ),
+        (
+            _json_fields({"c": {"kind": "json_string", "fields": {"a": "int"}, "of": "int"}}),
+            r"field 'c': a json_string needs either fields",
+        ),
+        (
+            _json_fields({"c": {"kind": "json_string", "of": {"kind": "object", "fields": {"a": "int"}}}}),
+            r"field 'c': for a json_string holding an object write fields: \{\.\.\.\}",
+        ),
+        (
+            _json_fields(
+                {"c": {"kind": "json_string", "fields": {"s": {"kind": "object", "fields": {"x": None}}}}}
+            ),
+            r"field 'c.s.x' must be int, float, text",
+        ),
+        (
+            {
+                "encoding": "x",
+                "members": {
+                    "p.pickle": {
+                        "kind": "pickle",
+                        "leaves": {
+                            "d": {"kind": "json_string", "fields": {"t": {"kind": "tensor", "shape": [1]}}}
+                        },
+                    }
+                },
+            },
+            r"leaf 'd.t' must be int, float, text or an object, list or json_string spec",
+        ),
+        (
+            {
+                "encoding": "x",
+                "members": {
+                    "p.pickle": {
+                        "kind": "pickle",
+                        "leaves": {"o": {"kind": "object", "fields": {"i": {"kind": "image"}}}},
+                    }
+                },
+            },
+            r"leaf 'o.i' must be int, float, text or a tensor, npy, text, object, list or json_string spec",
+        ),
+    ],
+)
+def test_bad_nested_json_fields_say_where_and_what_to_write(doc, message, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SyntheticError, match=message) as info:
+        load_schema(path)
+    assert "bad.yaml" in str(info.value), "the error does not name the schema file"

@@ -97,7 +97,9 @@ def test_property(conformance_context, property_id: str, request: pytest.Fixture
     if result.verdict == "xfail":
         pytest.xfail(f"{head}: {result.message}")
     if result.verdict in ("fail", "error"):
-        counted = ("fail", "error", "advice", "inconclusive") if conformance_context.strict else ("fail", "error")
+        counted = (
+            ("fail", "error", "advice", "inconclusive") if conformance_context.strict else ("fail", "error")
+        )
         failed = [c for c in result.claims if c.verdict in counted]
         count = f"{len(failed)} claim{'s' if len(failed) != 1 else ''}"
         what = "failed" if result.verdict == "fail" else "could not be checked (a defect of the suite)"
