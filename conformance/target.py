@@ -201,18 +201,14 @@ def resolve_target(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{setting} {value!r} is not a positive integer")
     if kind == "wrapper":
-        # No factory here: the wrapper property rebuilds the class from its spec in a child process, as
-        # Wrapper(source, **arguments).
+        # A zero-argument factory returns the wrapper class; the spec's arguments are the wrapper's, as for
+        # a class: Wrapper(loader, **arguments). The wrapper property's child process resolves it alike.
+        if _is_factory(obj):
+            obj = _call_factory(obj, {}, f"{base}()")
         if not isinstance(obj, type) or issubclass(obj, TaskEncoder):
-            factory = (
-                "; name the wrapper class itself (MODULE:Wrapper or MODULE:Wrapper(NAME=VALUE, ...)), not a "
-                "factory"
-                if _is_factory(obj)
-                else ""
-            )
             raise ValueError(
                 f"{label} is {_describe_object(obj)}, not a wrapper class (built as Wrapper(loader), like "
-                f"primus_energon.MegatronDataloaderWrapper){factory}"
+                "primus_energon.MegatronDataloaderWrapper) or a zero-argument factory returning one"
             )
         return Target(spec=label, kind="wrapper", obj=obj, kwargs=args)
     source = None

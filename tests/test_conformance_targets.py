@@ -248,10 +248,10 @@ def test_a_cooker_factory_is_called_once_and_a_cook_function_never() -> None:
         ("raises", "cooker", "raises() failed (OSError: tokenizer.json not found)"),
         ("make_cooker(size=3)", "cooker", "make_cooker(size=3) failed (TypeError: "),
         (
-            "make_wrapper",
+            "returns_text",
             "wrapper",
-            "make_wrapper is a function, not a wrapper class (built as Wrapper(loader), like "
-            "primus_energon.MegatronDataloaderWrapper); name the wrapper class itself",
+            "returns_text is a str, not a wrapper class (built as Wrapper(loader), like "
+            "primus_energon.MegatronDataloaderWrapper) or a zero-argument factory returning one",
         ),
     ],
 )
@@ -280,3 +280,22 @@ def test_factory_targets_are_rebuilt_in_fresh_processes(tmp_path: Path) -> None:
         assert [r.verdict for r in results] == ["pass"], [r.message for r in results]
         claims = {c.id: c.verdict for c in results[0].claims}
         assert claims["determinism/fresh_processes"] == "pass", claims
+
+
+def test_a_wrapper_factory_returns_the_wrapper_class() -> None:
+    from primus_energon import MegatronDataloaderWrapper
+
+    target = resolve_target(FACTORIES + "make_wrapper", kind="wrapper")
+    assert target.obj is MegatronDataloaderWrapper
+    wrapped = target.make_wrapper(iter([1, 2]))
+    assert isinstance(wrapped, MegatronDataloaderWrapper)
+
+
+@pytest.mark.slow
+def test_a_wrapper_factory_passes_the_wrapper_property(tmp_path: Path) -> None:
+    """The wrapper property's child processes (the spin checks) rebuild the wrapper from the factory too."""
+    from primus_energon.conformance import check_wrapper
+
+    (result,) = check_wrapper(FACTORIES + "make_wrapper", profile="quick", workdir=tmp_path)
+    assert result.ok and {c.verdict for c in result.claims} <= {"pass", "skip"}, result.message
+    assert result.claim("wrapper/empty").verdict == "pass"

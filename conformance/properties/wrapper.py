@@ -91,15 +91,11 @@ _CALLING = b"CALLING next()"
 
 #: the child half of the spin checks: wraps [] or an exhausted iterator and calls next() once too often
 _CHILD = """
-import importlib, sys
-from primus_energon.conformance.specs import parse_spec
-spec, kwargs = parse_spec(sys.argv[1])
-module, _, attr = spec.partition(":")
-wrapper = importlib.import_module(module)
-for part in attr.split("."):
-    wrapper = getattr(wrapper, part)
+import sys
+from primus_energon.conformance.target import resolve_target
+target = resolve_target(sys.argv[1], kind="wrapper")  # a class, or a factory returning one
 source = [] if sys.argv[2] == "empty" else iter([1, 2])
-wrapped = wrapper(source, **kwargs)
+wrapped = target.make_wrapper(source)
 if sys.argv[2] == "exhausted":
     next(wrapped), next(wrapped)
 print("CALLING next()", flush=True)

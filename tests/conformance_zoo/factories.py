@@ -45,8 +45,8 @@ def make_cook_function(encoding: str = "preencoded") -> Any:
 
 
 def make_wrapper() -> type:
-    """A wrapper factory, which ``--wrapper`` refuses: a wrapper is named by its class (the wrapper property
-    rebuilds it from its spec in a child process, as ``Wrapper(source)``)."""
+    """A wrapper factory: returns the wrapper class, built as ``Wrapper(loader, **arguments)`` (here and in
+    the wrapper property's child process)."""
     return MegatronDataloaderWrapper
 
 
