@@ -32,13 +32,13 @@ from primus_energon.synthetic import (
     example_schemas,
     generate_dataset,
     harmonised,
+    infer_json_spec,
     load_schema,
 )
 from primus_energon.synthetic.schema import (
     NPY_DTYPES,
     TENSOR_DTYPES,
     BytesSpec,
-    JsonSpec,
     MemberSpec,
     NpySpec,
     PickleSpec,
@@ -323,11 +323,7 @@ def _spec_of_kind(kind: str, member: str, data: bytes, image_format: str | None)
         leaf = _leaf_spec(value)
         return PickleSpec({"value": leaf}, structure="value") if leaf is not None else None
     if kind == "json":
-        document = json.loads(data)
-        if isinstance(document, dict):
-            fields = {k: _json_leaf(v) for k, v in document.items() if k != "key"}
-            return JsonSpec({k: v for k, v in fields.items() if v is not None})
-        return JsonSpec()
+        return infer_json_spec(json.loads(data))
     if kind == "text":
         data.decode("utf-8")
         return TextSpec()
@@ -409,14 +405,6 @@ def _leaf_spec(value: Any) -> Any:
     if isinstance(value, float):
         return "float"
     return None
-
-
-def _json_leaf(value: Any) -> Any:
-    if isinstance(value, str):
-        return TextSpec()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return "int" if isinstance(value, int) else "float"
 
 
 @dataclass

@@ -208,6 +208,8 @@ class PayloadFactory:
             img.save(buf, format="JPEG", quality=spec.quality)
         elif spec.format == "png":
             img.save(buf, format="PNG", compress_level=6)
+        elif spec.format == "gif":
+            img.save(buf, format="GIF")
         else:
             img.save(buf, format="WEBP", quality=spec.quality, method=4)
         return buf.getvalue(), (h, w, 3)

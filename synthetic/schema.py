@@ -508,8 +508,8 @@ def _validate_spec(spec: Any, where: str) -> None:
         size = _check_shape(spec.size, f"{where}: size")
         if len(size) != 2:
             raise SyntheticError(f"{where}: size must be [height, width], got {list(size)}")
-        if spec.format not in ("jpeg", "png", "webp"):
-            raise SyntheticError(f"{where}: image format must be jpeg, png or webp, got {spec.format!r}")
+        if spec.format not in ("jpeg", "png", "webp", "gif"):
+            raise SyntheticError(f"{where}: image format must be jpeg, png, webp or gif, got {spec.format!r}")
         if not (1 <= spec.quality <= 100):
             raise SyntheticError(f"{where}: quality must be in 1..100")
     elif isinstance(spec, BytesSpec):
@@ -561,7 +561,8 @@ def _validate_value(
     if arrays:
         allowed += (TensorSpec, NpySpec)
     if not (isinstance(value, allowed) or (isinstance(value, str) and value in _NUMBER_LEAVES)):
-        raise SyntheticError(f"{at} must be {_value_kinds(arrays)}, got {value!r:.80}")
+        hint = " (in Python, text is TextSpec())" if value == "text" else ""
+        raise SyntheticError(f"{at} must be {_value_kinds(arrays)}, got {value!r:.80}{hint}")
     if depth > MAX_JSON_DEPTH:
         raise SyntheticError(
             f"{at} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are supported (flatten the structure)"

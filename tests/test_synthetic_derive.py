@@ -69,6 +69,7 @@ def _user_samples(count: int = 3) -> list[dict[str, bytes | str]]:
                 ),
                 "image": _image(i, "JPEG"),
                 "mask.png": _image(100 + i, "PNG"),
+                "thumb.gif": _image(200 + i, "GIF"),
                 "json": json.dumps({"captions": captions, "size": {"h": 8, "w": 12}}).encode(),
                 "caption.txt": f"caption {i} ünïcode".encode(),
             }
@@ -113,6 +114,7 @@ def test_sniff_kind_tries_specific_signatures_before_generic_ones() -> None:
         ("latents.pth", _npy(np.zeros(5, np.float32)), NpySpec((5,), "float32")),  # content wins
         ("image", _image(1, "JPEG"), ImageSpec((8, 12), format="jpeg")),
         ("frame.jpg", _image(1, "PNG"), ImageSpec((8, 12), format="png")),  # the bytes' format
+        ("anim", _image(1, "GIF"), ImageSpec((8, 12), format="gif")),
         ("latents.bin", _saved(torch.zeros(2, 3)), TensorSpec((2, 3), "float32")),
         ("caption.txt", b'{"looks": "like json"}', TextSpec()),  # a caption stays text
         ("meta", b'{"a": "b"}', JsonSpec({"a": TextSpec()})),
@@ -176,7 +178,7 @@ def test_repeats_hold_the_same_values_rolled_in_the_same_container(
     out, manifest, samples = derived
     stored = read_members(out)
     first, repeat = samples[1], stored["der_000004"]  # user001's first repeat: rolled by 1
-    for member in ("latents.pth", "t5.bytes", "embeds.pickle", "image", "mask.png"):
+    for member in ("latents.pth", "t5.bytes", "embeds.pickle", "image", "mask.png", "thumb.gif"):
         assert repeat[member] != first[member], member
         assert sniff_kind(repeat[member]) == sniff_kind(first[member]), member
     original = torch.load(io.BytesIO(first["latents.pth"]), weights_only=True)
@@ -252,7 +254,7 @@ def test_faults_are_edits_of_real_members(tmp_path: Path) -> None:
     with pytest.raises(UnicodeDecodeError):
         stored[caption.key]["caption.txt"].decode("utf-8")
     damaged = {f.key for f in manifest.faults}
-    assert len(damaged) == 4 and all(len(stored[k]) >= 6 for k in stored)
+    assert len(damaged) == 4 and all(len(stored[k]) >= 7 for k in stored)
 
 
 def test_a_dtype_variant_casts_every_floating_point_tensor(tmp_path: Path) -> None:

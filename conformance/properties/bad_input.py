@@ -398,12 +398,21 @@ def _dropped_by_batch(delivered: Delivered) -> str | None:
 
 
 def _clean_output(ctx: CheckContext, template: dict) -> Any:
-    """The target's output for the clean template sample (which members it uses), or None when it cannot
-    be had in time (then every member is treated as used; the accepted and fidelity claims say why)."""
+    """The target's output for the clean template sample (which members it uses): cooked, and for a
+    TaskEncoder encoded as its pipeline does (a member its cooker passes on and ``encode_sample`` drops,
+    such as a provenance record, is not used); None when it cannot be had in time (then every member is
+    treated as used; the accepted and fidelity claims say why)."""
+
+    def output() -> Any:
+        cooked = cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed)
+        if ctx.target.kind != "task_encoder":
+            return cooked
+        task_encoder = ctx.cached("task-encoder", ctx.target.make_task_encoder)
+        encoded = encode(task_encoder, cooked, seed=ctx.seed)
+        return encoded[0] if encoded else cooked
+
     try:
-        return call_with_timeout(
-            lambda: cook(ctx.target, decode_like_target(ctx, template), seed=ctx.seed), ctx.call_timeout_s
-        )
+        return call_with_timeout(output, ctx.call_timeout_s)
     except Exception:
         return None
 
