@@ -295,3 +295,40 @@ def test_the_pair_that_disagrees_stops_the_run_with_exit_4(preencoded_user: Path
     )
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "that the dataset's samples do not have" in run.stdout + run.stderr
+
+
+# --- a target that cooks the user's samples but not their derived copies: inconclusive, never a defect ---
+
+
+@pytest.mark.slow
+def test_a_target_that_cannot_cook_derived_copies_is_inconclusive_not_failed(tmp_path: Path) -> None:
+    """Keys ``img_<n>``: the target cooks every sample of the user's dataset, and no copy the suite derives
+    (re-keyed): the claims on the user's own data pass, those that need derived data are inconclusive
+    with the reason, the run exits 0 (1 with --conformance-strict)."""
+    dataset = tmp_path / "mine"
+    generate_dataset(dataset, shapes=SMALL_SHAPES, num_samples=8, shard_size=8, key_prefix="img")
+    target = "--task-encoder=tests.conformance_zoo.user_data:KeyNumberTaskEncoder"
+    properties = (
+        "--conformance-property=accepted",
+        "--conformance-property=keys",
+        "--conformance-property=resume",
+        "--conformance-property=sharding",
+    )
+    run, report = suite(tmp_path / "run", dataset, target, *properties)
+    assert run.returncode == 0, run.stdout[-4000:]
+    claims = claims_of(report)
+    verdicts = {claim_id: c["verdict"] for (_, claim_id), c in claims.items()}
+    assert verdicts["accepted/loads"] == "pass" and verdicts["accepted/complete_epoch"] == "pass"
+    assert {v for k, v in verdicts.items() if k.startswith("keys/")} <= {"pass", "skip"}  # on the user's data
+    for claim_id in ("resume/checkpoint", "sharding/in_process"):
+        assert verdicts[claim_id] == "inconclusive", (
+            claim_id,
+            claims[next(k for k in claims if k[1] == claim_id)],
+        )
+    message = next(c["message"] for (_, claim_id), c in claims.items() if claim_id == "resume/checkpoint")
+    assert "the target cooks your sample 'img_000000' but not its copy 'resume_000000'" in message
+    assert "keys in our datasets are img_<number>" in message
+    assert not [k for k, v in verdicts.items() if v in ("fail", "error")]
+    assert "inconclusive" in run.stdout and report["inconclusive"]
+    strict, _ = suite(tmp_path / "strict", dataset, target, *properties, "--conformance-strict")
+    assert strict.returncode == 1

@@ -432,6 +432,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
 def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -> None:
     """Every fault of every member, cooked and encoded as the target does; the verdicts go to their claims."""
     checked = []
+    opaque: list[str] = []  # members of bytes the suite cannot read
     filtered: dict[str, int] = {}
     non_finite: dict[str, str] = {}
     details["filtered"] = filtered  # faulty samples the target dropped with SkipSample on purpose, by cause
@@ -454,6 +455,8 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
                 # the target does not use this member (a provenance sidecar): its faults cannot reach training
                 details.setdefault("members_not_used", []).append(member)
                 continue
+            if isinstance(spec, BytesSpec) and spec.dtype is None:
+                opaque.append(member)  # no fault of its content is known to be wrong (see below)
             for label, stage, bad in _mutations(spec, template[member]):
                 if label == "missing" and (schema.encoding, member) in OPTIONAL_MEMBERS:
                     continue
@@ -465,6 +468,17 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
                 fault = Fault(member, spec, bytes(template[member]), bad if stage == "bytes" else None)
                 _judge(ctx, claims, label, what, sample["__key__"], kind, value, filtered, non_finite, fault)
                 checked.append(what)
+    if opaque:
+        # Bytes the suite cannot read (no signature it knows, nothing decodes them) may be any custom
+        # encoding: a truncated or garbled copy may be valid data of it, so no fault of their content can
+        # be judged. That is a limit of the suite, not a pass.
+        claims.inconclusive(
+            "corrupt_payload",
+            f"member(s) {sorted(set(opaque))} hold bytes the suite cannot read (no known signature; nothing "
+            "decodes them), so it cannot make a fault of their content that is known to be corrupt; describe "
+            "them with --conformance-schema (e.g. kind: bytes, dtype: bfloat16, shape: [...]) to have them "
+            "checked",
+        )
     for name in ("not_utf8", "corrupt_payload", "wrong_type"):
         claims.not_applicable(name, "the data format has no member of this kind")
     claims.not_applicable("names_sample", "no faulty sample raised an error whose message could be read")
@@ -477,7 +491,11 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
 def _probe_dataset(ctx: CheckContext, encoding: str | None) -> tuple[Path, list[tuple[str, str]]]:
     schema = ctx.workspace.schema(encoding)
     members = [m for m in schema.members] + [m for m in EXTRA_MEMBERS if m not in schema.members]
-    base = ctx.generated(encoding, "probe", num_samples=len(members) + 1, shard_size=len(members) + 1)
+    # The probe only loads (decoder, cooker): whether the target cooks the derived copies does not matter
+    # to what it asks, so the dataset is not tried on the target first (ctx.generated would).
+    base = ctx.workspace.generated(
+        encoding, "probe", num_samples=len(members) + 1, shard_size=len(members) + 1
+    )
     out = ctx.workspace.root / f"{base.name}-hostile"
     poisoned_file = out / "poisoned.json"
     if poisoned_file.exists():

@@ -37,7 +37,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import is_metadataset
 from ..fingerprint import first_difference
-from ..results import PropertySkipped
+from ..results import Inconclusive, PropertySkipped
 from ..subprocesses import Background, child_env, child_target_args, finish, runner_command
 from ..target import Target
 from ._common import batch_keys
@@ -77,7 +77,11 @@ def prestart(ctx: CheckContext) -> Background:
     common += ["--batch-size", str(BATCH_SIZE)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
-    fallback = _fallback(ctx)
+    try:
+        fallback = _fallback(ctx)
+        fallback_problem = ""
+    except Inconclusive as error:  # the target cannot cook the derived dataset: only the seed claim needs it
+        fallback, fallback_problem = None, error.reason
     background = Background("conformance-determinism-")
     try:
         for label, (seeds, hashseed) in _runs(ctx.seed).items():
@@ -92,6 +96,7 @@ def prestart(ctx: CheckContext) -> Background:
         raise
     background.info["datasets"] = datasets
     background.info["fallback"] = fallback
+    background.info["fallback_problem"] = fallback_problem
     return background
 
 
@@ -212,6 +217,8 @@ def _seed_plan(ctx: CheckContext, b: dict, fallback: str | None) -> tuple[list[t
                 f"{why}; checked on a dataset derived from your samples instead "
                 f"({FALLBACK_SAMPLES} samples in shards of {FALLBACK_SHARD_SIZE})"
             )
+        elif fallback is None:
+            notes.append(why)
         else:
             notes.append(
                 f"{why}; on a dataset derived from your samples Energon's order did not depend on the seed either"
@@ -277,7 +284,15 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         return {}
     fallback = background.info.get("fallback")
     pairs, notes = _seed_plan(ctx, runs["b"], None if fallback is None else str(fallback))
-    if not pairs:
+    if not pairs and background.info.get("fallback_problem"):
+        claims.inconclusive(
+            "seed",
+            "Energon's own order does not depend on the seed on your dataset ("
+            + "; ".join(notes)
+            + "), and the dataset derived from your samples to check it on instead could not be used: "
+            + background.info["fallback_problem"],
+        )
+    elif not pairs:
         claims.not_applicable(
             "seed",
             "Energon's own order does not depend on the seed here, so no target's can: " + "; ".join(notes),
