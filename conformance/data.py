@@ -331,8 +331,8 @@ def _spec_of_kind(kind: str, member: str, data: bytes, image_format: str | None)
         from PIL import Image
 
         extension = member.rsplit(".", 1)[-1].lower()
+        # Pillow parses the header here, and decodes no pixel: a huge image costs nothing to describe.
         with Image.open(io.BytesIO(data)) as image:
-            image.load()
             found = (image.format or "").lower()
             size = (image.height, image.width)
         image_format = image_format or {"jpg": "jpeg"}.get(extension, extension)

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from primus_energon.conformance.data import _spec_for, read_crude
@@ -282,3 +284,33 @@ def test_bad_requests_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(SyntheticError, match="not empty"):
         derive_dataset(tmp_path / "c", samples, schema=schema)
     assert (tmp_path / "c" / "keep.txt").read_text() == "mine"
+
+
+_SIGNATURES = [
+    b"",
+    b"\x93NUMPY",
+    b"PK\x03\x04",
+    b"\x80\x04",
+    b"\xff\xd8\xff",
+    b"\x89PNG\r\n\x1a\n",
+    b"GIF89a",
+]
+_SIGNATURES += [b"RIFF\x00\x00\x00\x00WEBP", b"{", b'"', b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(
+        ["latents.pth", "t5.bytes", "image", "meta.json", "caption.txt", "x.pickle", "blob"]
+    ),
+    signature=st.sampled_from(_SIGNATURES),
+    tail=st.binary(max_size=512),
+)
+def test_hostile_member_bytes_are_described_never_raised(name: str, signature: bytes, tail: bytes) -> None:
+    """A signature followed by anything: the guess is confirmed by decoding, or the member is opaque bytes;
+    nothing raises, and nothing is unpickled (safe readers only)."""
+    data = signature + tail
+    kind = sniff_kind(data)
+    assert kind is None or kind[0] in ("npy", "tensor", "bytes", "pickle", "image", "json", "text")
+    spec = _spec_for(name, data)
+    assert spec.kind in ("tensor", "npy", "pickle", "image", "json", "text", "bytes")
