@@ -65,6 +65,7 @@ __all__ = [
     "required_values",
     "MISSING",
     "NESTED",
+    "STACKED",
 ]
 
 MISSING = object()
@@ -462,6 +463,9 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
     nested = _holder_of_structure(expected, present) or _nested_place(expected, present)
     if nested is not None:
         return nested, NESTED
+    stacked = _stacked_place(expected, present)
+    if stacked is not None:
+        return stacked, STACKED
     for name in expected.aliases:
         if name in present:
             return name, "by name"
@@ -471,6 +475,44 @@ def locate(expected: Expectation, output: Any) -> tuple[str | None, str]:
 #: How :func:`locate` names a match found inside a field (a nested dict, a list of per-sample dicts): the
 #: value there is the expected one bit for bit, so there is nothing left to compare.
 NESTED = "by value, nested"
+#: How :func:`locate` names a match that is one slice of a stacked field (a frame member of a video stacked
+#: into ``[T, C, H, W]``, one of several tensor members stacked together): exact too.
+STACKED = "by value, one slice of a stacked field"
+#: slices of one axis of one field compared at most (a video of more frames is not searched frame by frame)
+MAX_STACKED_SLICES = 256
+
+
+def _stacked_place(expected: Expectation, present: Mapping[str, Any]) -> str | None:
+    """The name of an output field with one dimension more than the expectation whose slice along some
+    axis equals it exactly: a tensor bit for bit; an image's pixels as an image array
+    (HWC or CHW, uint8 or floats in [0, 1], as :func:`difference` compares images); else None."""
+    image = isinstance(expected.spec, ImageSpec)
+    if image:
+        if not isinstance(expected.value, np.ndarray):
+            return None
+        want_ndim = 3
+    else:
+        want = _as_tensor(expected.value)
+        if want is None or not want.numel():
+            return None
+        want_ndim = want.ndim
+    for name, value in present.items():
+        tensor = None if name.startswith("__") else _as_tensor(value)
+        if tensor is None or tensor.ndim != want_ndim + 1:
+            continue
+        for axis in range(tensor.ndim):
+            if tensor.shape[axis] > MAX_STACKED_SLICES:
+                continue
+            for index in range(tensor.shape[axis]):
+                piece = tensor.select(axis, index)
+                if image:
+                    pixels = _image_array(piece)
+                    same = pixels is not None and np.array_equal(pixels, expected.value)
+                else:
+                    same = identical(piece.contiguous(), want)
+                if same:
+                    return name
+    return None
 
 
 def _holder_of_structure(expected: Expectation, present: Mapping[str, Any]) -> str | None:

@@ -7,6 +7,8 @@ first, as in production; the expected values are read from the member bytes by t
 from __future__ import annotations
 
 import io
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,12 +22,14 @@ from ..context import CheckContext
 from ..execution import TargetError, cook
 from ..oracle import (
     NESTED,
+    STACKED,
     Expectation,
     claim_of,
     decode_member,
     difference,
     expectations,
     fields,
+    holds,
     is_required,
     locate,
     raw_holder,
@@ -100,18 +104,35 @@ def _leaf_kinds(spec: Any) -> set[str]:
     return {claim_of(spec)}
 
 
+def _siblings(members: Mapping[str, Any]) -> dict[str, list[str]]:
+    """member -> the other members of its kind whose names differ from it in digits only (a video's
+    ``frame_000.png`` ... ``frame_015.png``, per-view ``latents_0.pth``, ``latents_1.pth``): one group of
+    per-item members, which a target keeps all of or loses data."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for member, spec in members.items():
+        groups.setdefault((re.sub(r"\d+", "#", member), getattr(spec, "kind", "")), []).append(member)
+    return {m: [o for o in group if o != m] for group in groups.values() if len(group) > 1 for m in group}
+
+
 def _judge(
-    claims: ClaimRecorder, expected: Expectation, output: Any, where: str, key: str, only: str | None
+    claims: ClaimRecorder,
+    expected: Expectation,
+    output: Any,
+    where: str,
+    key: str,
+    only: str | None,
+    lost_because: str = "",
 ) -> None:
-    """Locate one expectation in the output and record the verdict on its claim."""
+    """Locate one expectation in the output and record the verdict on its claim (``lost_because``: why a
+    member that is not required is lost data here, e.g. its siblings are held)."""
     name = claim_of(expected.spec) if only is None else only
     field_name, how = locate(expected, output)
     if field_name is None:
         missing = f"{where}: no output field holds {expected.what} (fields: {sorted(fields(output))})"
-        if expected.required:
+        if expected.required or lost_because:
             with claims.claim(name) as claim:
                 claim.examined()
-                claim.problem(f"{missing}, so it is lost", sample=key)
+                claim.problem(f"{missing}, so it is lost{lost_because}", sample=key)
         else:
             with claims.claim("unmatched") as claim:
                 claim.examined()
@@ -119,7 +140,7 @@ def _judge(
         return
     with claims.claim(name) as claim:
         claim.examined()
-        if how in ("by raw bytes", NESTED):
+        if how in ("by raw bytes", NESTED, STACKED):
             return
         problem = difference(expected, fields(output)[field_name])
         if problem:
@@ -135,7 +156,7 @@ def _mismatch(spec: Any, member: str, data: bytes, output: Any) -> str | None:
     field holds is left to the main datasets' verdicts (lost or unmatched)."""
     for expected in expectations(member, spec, data, required=False):
         field_name, how = locate(expected, output)
-        if field_name is None or how in ("by raw bytes", NESTED):
+        if field_name is None or how in ("by raw bytes", NESTED, STACKED):
             continue
         problem = difference(expected, fields(output)[field_name])
         if problem:
@@ -170,7 +191,15 @@ def _check_dataset(
                 continue
             cooked.append((sample, output))
     schema = ctx.workspace.schema(ctx.encodings()[0]) if schema is None else schema
+    siblings = _siblings(members)
     for sample, output in cooked:
+        held = {
+            m
+            for m in siblings
+            if m in sample
+            and not (dtype_claim and not isinstance(members[m], TensorSpec))
+            and holds(output, m, members[m], sample[m])
+        }
         for member, spec in members.items():
             if member not in sample or (dtype_claim and not isinstance(spec, TensorSpec)):
                 continue
@@ -180,10 +209,26 @@ def _check_dataset(
                     with claims.claim(name) as claim:
                         claim.examined()
                 continue
+            kept = [o for o in siblings.get(member, ()) if o in held]
+            lost_because = (
+                f" (the output holds its siblings {kept[:3]}{' ...' if len(kept) > 3 else ''}: members of the "
+                "same kind and name pattern, one item each; a target that drops some on purpose, such as frame "
+                "subsampling, can xfail this claim with that reason)"
+                if kept
+                else ""
+            )
             for expected in expectations(
                 member, spec, sample[member], required=is_required(schema, member, spec)
             ):
-                _judge(claims, expected, output, where, sample["__key__"], "dtypes" if dtype_claim else None)
+                _judge(
+                    claims,
+                    expected,
+                    output,
+                    where,
+                    sample["__key__"],
+                    "dtypes" if dtype_claim else None,
+                    lost_because,
+                )
     return raw[0] if raw else None
 
 
