@@ -231,7 +231,12 @@ class Haystack:
                 )
                 for i in chunks[:MAX_OCCURRENCES]
             ]
-        first = _bits(needle.reshape(-1, needle.shape[-1])[0])
+        # The block is searched by one innermost row of it, the anchor: the first row that is not one value
+        # throughout (a padded or rolled needle may start with zero rows, which occur everywhere).
+        rows = needle.reshape(-1, needle.shape[-1])
+        anchor = next((i for i in range(min(rows.shape[0], MAX_ROWS)) if not _uniform(rows[i])), 0)
+        offset = (*(int(i) for i in np.unravel_index(anchor, tuple(needle.shape[:-1]))), 0)
+        first = _bits(rows[anchor])
         if len(first) < MIN_SEARCHED_BYTES // 2 and len(extended) > 1:
             return []  # a tiny innermost vector inside padding: too weak to search
         whole = _bits(needle)
@@ -244,8 +249,9 @@ class Haystack:
         element = needle.element_size()
         places = []
         for at in _aligned_finds(haybytes, first, element):
-            corner = tuple(int(i) for i in np.unravel_index(at // element, tuple(hay.shape)))
-            if any(c + n > h for c, n, h in zip(corner, needle.shape, hay.shape, strict=True)):
+            found_at = np.unravel_index(at // element, tuple(hay.shape))
+            corner = tuple(int(i) - o for i, o in zip(found_at, offset, strict=True))
+            if any(c < 0 or c + n > h for c, n, h in zip(corner, needle.shape, hay.shape, strict=True)):
                 continue
             block = hay[tuple(slice(c, c + n) for c, n in zip(corner, needle.shape, strict=True))]
             if _bits(block) != whole:
@@ -291,15 +297,16 @@ class Haystack:
         for index, (path, leaf) in enumerate(self.tensors):
             if leaf.dtype != needle.dtype or not leaf.numel():
                 continue
-            depth = leaf.ndim - needle.ndim
-            if depth == 0:
-                found += self._in(index, path, leaf, needle, None)
-            elif depth == 1:
-                stacked = self._stacked(index, path, leaf, needle)
-                found += stacked
-                if not stacked:  # padded rows: the needle is a slice of one row
-                    for row in range(min(leaf.shape[0], MAX_ROWS)):
-                        found += self._in(index, path, leaf, needle, row)
+            found += self._placed(index, path, leaf, needle)
+            if not any(place.path == path for place in found) and (1 in leaf.shape or 1 in needle.shape):
+                # The same values with unit axes added or removed (an image as a one-frame video
+                # [C, 1, H, W]; a packed sequence as [S, 1, D]): a layout, not a loss.
+                unit_free = _without_unit_axes(leaf), _without_unit_axes(needle)
+                if unit_free[0] is not leaf or unit_free[1] is not needle:
+                    found += [
+                        dataclasses.replace(place, how=f"{place.how} (unit axes left out)")
+                        for place in self._placed(len(self.tensors) + index, path, *unit_free)
+                    ]
             if not any(place.path == path for place in found) and leaf.numel() >= needle.numel():
                 data = _bits(needle)
                 if len(data) >= MIN_SEARCHED_BYTES and leaf.ndim < needle.ndim:
@@ -308,6 +315,21 @@ class Haystack:
                         found.append(
                             Place(path, f"contiguous elements [{element}:{element + needle.numel()}]", (at,))
                         )
+        return found
+
+    def _placed(self, index: int, path: str, leaf: torch.Tensor, needle: torch.Tensor) -> list[Place]:
+        """Places of ``needle`` in ``leaf`` of as many dimensions or one more (a stack, padded rows)."""
+        depth = leaf.ndim - needle.ndim
+        if depth == 0:
+            return self._in(index, path, leaf, needle, None)
+        if depth != 1:
+            return []
+        stacked = self._stacked(index, path, leaf, needle)
+        if stacked:
+            return stacked
+        found: list[Place] = []
+        for row in range(min(leaf.shape[0], MAX_ROWS)):  # padded rows: the needle is a slice of one row
+            found += self._in(index, path, leaf, needle, row)
         return found
 
     def near(self, payload: Payload) -> str:
@@ -416,6 +438,10 @@ class Trace:
                 if path == KEY:
                     continue
                 if path in carried:
+                    if isinstance(payload.value, torch.Tensor) and _uniform(payload.value):
+                        # one value throughout (a mask of ones, a zero padding): another sample's equal
+                        # payload may be this one's, so its absence cannot be told by value
+                        continue
                     others = [s.key for s in self.samples if s.places.get(path)]
                     out.append(
                         (
@@ -538,6 +564,13 @@ class Trace:
 
 
 _INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _without_unit_axes(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with its size-1 axes left out (itself when it has none; one axis is kept)."""
+    if 1 not in tensor.shape:
+        return tensor
+    return tensor.reshape([d for d in tensor.shape if d != 1] or [1])
 
 
 def _slot(place: Place) -> tuple[str, tuple[int, ...]]:

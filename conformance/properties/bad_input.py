@@ -54,8 +54,10 @@ CLAIMS = claims_of(
         "loading a shard whose members run code when unpickled (.pth, .pickle, .pyd, .npy with objects) runs "
         "nothing, also with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1",
         Harm.SECURITY,
-        "never unpickle shard data: decoder = None plus torch.load(..., weights_only=True) passed explicitly "
-        "(or primus_energon.read_tensor), or primus_energon.decoding.SafeSampleDecoder",
+        "never unpickle shard data: decoder = primus_energon.decoding.SafeSampleDecoder() (decodes .pth, "
+        ".pickle/.pyd and .npy members without running code); or decoder = None and read each member yourself: "
+        ".pth with torch.load(..., weights_only=True) passed explicitly (or primus_energon.read_tensor), pickled "
+        "members with primus_energon.safe_loads, .npy with np.load(..., allow_pickle=False)",
         {"always": True},
     ),
     (
@@ -333,6 +335,8 @@ def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
         return "a silent default"
     holders = [name for e in expected if (name := locate(e, delivered.clean)[0]) is not None]
     if not holders:
+        if _same_data(delivered.faulty, delivered.clean):
+            return None  # the faulty member changed nothing that trains (passed on, then dropped)
         return "a silent default (no field of the clean sample could be followed to the member)"
     truth = None
     if isinstance(fault.spec, TensorSpec):
@@ -397,6 +401,32 @@ def _dropped_by_batch(delivered: Delivered) -> str | None:
     return None
 
 
+def _same_data(a: Any, b: Any) -> bool:
+    """Whether two outputs carry the same payloads (tensors and texts, keys left out) at the same paths."""
+    from ..payloads import identity, payloads
+
+    def data(output: Any) -> list[tuple[str, Any]]:
+        return sorted((p.path, identity(p)) for p in payloads(output))
+
+    return data(a) == data(b)
+
+
+def _depends_on(ctx: CheckContext, template: dict, member: str) -> bool:
+    """Whether the target's output depends on ``member`` (told by behaviour, where its value could not be
+    found in the output): without it, the pipeline raises, skips, hangs, or puts out other data."""
+    # The same key with and without the member: a target whose output depends on the key (a seed drawn
+    # from it) gives the same output for both when the member is not used.
+    sample = {**template, "__key__": f"{template['__key__']}_without"}
+    kind, without = _outcome(ctx, template, sample, "value", member, None)
+    if kind != "output":
+        return True
+    kind, with_it = _outcome(ctx, template, sample, "bytes", member, template[member])
+    if kind != "output":
+        return True  # the clean sample itself does not come out under this key: cannot tell, so used
+
+    return not _same_data(without.faulty, with_it.faulty)
+
+
 def _clean_output(ctx: CheckContext, template: dict) -> Any:
     """The target's output for the clean template sample (which members it uses): cooked, and for a
     TaskEncoder encoded as its pipeline does (a member its cooker passes on and ``encode_sample`` drops,
@@ -451,6 +481,10 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
             if member not in template:
                 continue
             unused = clean is not None and not holds(clean, member, spec, template[member])
+            if unused and not is_required(schema, member, spec):
+                # Not found by value (it may be transformed: rearranged, padded, cast): used when the
+                # output changes, or the pipeline stops, without it.
+                unused = not _depends_on(ctx, template, member)
             if not is_required(schema, member, spec) and unused:
                 # the target does not use this member (a provenance sidecar): its faults cannot reach training
                 details.setdefault("members_not_used", []).append(member)
@@ -478,6 +512,12 @@ def _faults(ctx: CheckContext, claims: ClaimRecorder, details: dict[str, Any]) -
             "decodes them), so it cannot make a fault of their content that is known to be corrupt; describe "
             "them with --conformance-schema (e.g. kind: bytes, dtype: bfloat16, shape: [...]) to have them "
             "checked",
+        )
+    if details.get("members_not_used"):
+        claims.not_applicable(
+            "missing_member",
+            f"the target uses none of the members {details['members_not_used']} (its output is the same "
+            "without each of them), so no fault of theirs can reach training",
         )
     for name in ("not_utf8", "corrupt_payload", "wrong_type"):
         claims.not_applicable(name, "the data format has no member of this kind")

@@ -236,12 +236,20 @@ def _advice(result: Trace, keys: list[str], required: Any) -> list[tuple[str, st
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     task_encoder = ctx.target.make_task_encoder()
+    from .packing import packing_configured, packs  # packing imports this module's padding check
+
+    if packing_configured(ctx.target, task_encoder):
+        # Energon hands such a TaskEncoder's batch() packs only: unpacked samples are no input it ever gets.
+        buffer = getattr(ctx.target, "packing_buffer_size", None) or task_encoder.packing_buffer_size
+        claims.blocked(
+            f"the TaskEncoder packs (packing_buffer_size={buffer}), so Energon hands its batch() packs only; "
+            "its batches are checked by the packing property (packing/batch_rows, packing/payload)"
+        )
+        return {}
     stats = {"batches": 0}
     for encoding in ctx.encodings():
         crude = ctx.crude(ctx.main_dataset(encoding), limit=16)
         required = _required(ctx, encoding, ctx.main_dataset(encoding))
-        from .packing import packs  # packing imports this module's padding check
-
         note = (
             " (unpacked samples, as Energon hands them to batch() when the loader has no packing_buffer_size; "
             "packing/batch_rows checks batches of packs)"

@@ -99,6 +99,21 @@ def packs(task_encoder: TaskEncoder) -> bool:
     )
 
 
+def packing_configured(target: Any, task_encoder: TaskEncoder) -> bool | None:
+    """How the TaskEncoder is configured to run, where it says so: True when it packs and is built with a
+    positive ``packing_buffer_size`` attribute (or ``--conformance-packing-buffer-size`` gives one), False
+    when it has the attribute and it is None or 0 (training scripts pass the same value to the loader:
+    Energon then never packs), None when it does not say (no such attribute)."""
+    if not packs(task_encoder):
+        return False
+    if getattr(target, "packing_buffer_size", None) is not None:
+        return True
+    if not hasattr(task_encoder, "packing_buffer_size"):
+        return None
+    own = task_encoder.packing_buffer_size
+    return isinstance(own, int) and not isinstance(own, bool) and own > 0
+
+
 def _lost(result: Trace, required: Any, lacked: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
     """``(key, problem)`` for what an output (a pack, a batch of packs) loses of its samples: payloads
     lost (see :meth:`Trace.lost`; what a sample's pack already lacked, ``lacked``, is not lost again),
@@ -252,12 +267,22 @@ def _batches(ctx: CheckContext, num_workers: int, count: int, state: Any = None)
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
-    if not packs(ctx.target.make_task_encoder()):
+    task_encoder = ctx.target.make_task_encoder()
+    if not packs(task_encoder):
         for claim in CLAIMS:
             claims.not_applicable(
                 claim.name,
                 "the TaskEncoder does not pack (no select_samples_to_pack and "
                 "pack_selected_samples of its own)",
+            )
+        return {}
+    if packing_configured(ctx.target, task_encoder) is False:
+        for claim in CLAIMS:
+            claims.not_applicable(
+                claim.name,
+                f"the TaskEncoder is built with packing_buffer_size={task_encoder.packing_buffer_size!r}, so "
+                "the loaders training builds with it do not pack; pass --conformance-packing-buffer-size N to "
+                "check its packing",
             )
         return {}
     keys = sorted(s["__key__"] for s in ctx.raw(_path(ctx)))
