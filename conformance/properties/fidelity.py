@@ -15,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from primus_energon.synthetic.schema import FLOAT_DTYPES, JsonSpec, PickleSpec, TensorSpec, TextSpec
+from primus_energon.synthetic.schema import FLOAT_DTYPES, JsonSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
@@ -164,6 +164,28 @@ def _mismatch(spec: Any, member: str, data: bytes, output: Any) -> str | None:
     return None
 
 
+def _holds_floats(spec: Any) -> bool:
+    """Whether a member holds floating-point values a derived dtype variant can cast: a float ``.npy``
+    array (numpy has no bfloat16, so not as bfloat16), or float tensors in a pickled structure."""
+    if isinstance(spec, NpySpec):
+        return spec.view is None and spec.dtype in FLOAT_DTYPES
+    if isinstance(spec, PickleSpec):
+        return any(
+            _holds_floats(leaf) or (isinstance(leaf, TensorSpec) and leaf.dtype in FLOAT_DTYPES)
+            for leaf in spec.leaves.values()
+            if not isinstance(leaf, str)
+        )
+    return False
+
+
+def _was_cast(path: Any) -> bool:
+    """Whether the derivation of ``path`` cast any member (see ``synthetic.derive``)."""
+    from primus_energon.synthetic import Manifest
+
+    edits = Manifest.load(path).options.get("derived", {}).get("edits", [])
+    return any("cast to" in edit and "failed" not in edit for edit in edits)
+
+
 def _check_dataset(
     ctx: CheckContext,
     claims: ClaimRecorder,
@@ -197,11 +219,13 @@ def _check_dataset(
             m
             for m in siblings
             if m in sample
-            and not (dtype_claim and not isinstance(members[m], TensorSpec))
+            and not (dtype_claim and not (isinstance(members[m], TensorSpec) or _holds_floats(members[m])))
             and holds(output, m, members[m], sample[m])
         }
         for member, spec in members.items():
-            if member not in sample or (dtype_claim and not isinstance(spec, TensorSpec)):
+            if member not in sample or (
+                dtype_claim and not (isinstance(spec, TensorSpec) or _holds_floats(spec))
+            ):
                 continue
             if raw_holder(output, sample[member], spec) is not None:
                 # passed on as read (decoded later, e.g. in encode_sample): every leaf is intact
@@ -246,18 +270,26 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         schema = ctx.workspace.schema(encoding)
         members = dict(schema.members)
         kinds_seen |= {kind for spec in members.values() for kind in _leaf_kinds(spec)}
-        has_float = any(isinstance(s, TensorSpec) and s.dtype in FLOAT_DTYPES for s in members.values())
+        derived = bool(ctx.workspace.dataset)
+        has_float = any(
+            (isinstance(s, TensorSpec) and s.dtype in FLOAT_DTYPES)
+            # derived from a user's samples, float .npy arrays and pickled tensors are cast too
+            or (derived and _holds_floats(s))
+            for s in members.values()
+        )
         float_seen |= has_float
         main = ctx.main_dataset(encoding)
         template = _check_dataset(ctx, claims, members, main, "main", dtype_claim=False, schema=schema)
         checked += len(ctx.raw(main))
         if has_float:
-            for dtype in ("bfloat16", "float16"):
+            for dtype in ("bfloat16", "float16", "float32") if derived else ("bfloat16", "float16"):
                 try:
                     path = ctx.generated(encoding, f"dtype-{dtype}", dtype=dtype, num_samples=16)
                 except Inconclusive as error:  # the other claims go on, on the user's own data
                     claims.inconclusive("dtypes", error.reason)
                     continue
+                if derived and not _was_cast(path):
+                    continue  # nothing of the user's data is of another dtype there (already that dtype)
                 _check_dataset(ctx, claims, members, path, dtype, dtype_claim=True, schema=schema)
                 checked += len(ctx.raw(path))
         if template is not None:

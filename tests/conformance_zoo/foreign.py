@@ -640,6 +640,29 @@ class NpyAsBfloat16TaskEncoder(NpyTaskEncoder):
     cookers = [Cooker(cook_npy_as_bfloat16, has_subflavors={"encoding": "npy_renamed"})]
 
 
+@stateless
+def cook_npy_as_float16(sample: dict) -> EmbeddingSample:
+    """Broken: every array forced to float16 (``.astype(np.float16)``: what the data happens to hold
+    today), so data of another dtype is silently cast."""
+    return EmbeddingSample(
+        **basic_sample_keys(sample),
+        **{
+            field: torch.from_numpy(
+                np.load(io.BytesIO(sample[member]), allow_pickle=False).astype(np.float16)
+            )
+            for field, member in (
+                ("latents", "latents.bytes"),
+                ("prompt_embeds", "t5.bytes"),
+                ("pooled_prompt_embeds", "clip.bytes"),
+            )
+        },
+    )
+
+
+class NpyForcesFloat16TaskEncoder(NpyTaskEncoder):
+    cookers = [Cooker(cook_npy_as_float16, has_subflavors={"encoding": "npy_renamed"})]
+
+
 _NPY_SHAPES = {"latents.bytes": LATENT_SHAPE, "t5.bytes": T5_SHAPE, "clip.bytes": CLIP_SHAPE}
 
 
@@ -819,6 +842,7 @@ BROKEN: dict[str, tuple[str, str, str]] = {
     f"{_HERE}:NestedZeroLatentsTaskEncoder": ("nested_json", "bad_input/missing_member", "task_encoder"),
     f"{_HERE}:JsonStringBf16TaskEncoder": ("json_string", "fidelity/tensors", "task_encoder"),
     f"{_HERE}:NpyAsBfloat16TaskEncoder": ("npy_renamed", "fidelity/tensors", "task_encoder"),
+    f"{_HERE}:NpyForcesFloat16TaskEncoder": ("npy_renamed", "fidelity/dtypes", "task_encoder"),
     f"{_HERE}:cook_npy_zeros_on_error": ("npy_renamed", "bad_input/corrupt_payload", "cooker"),
     f"{_HERE}:VideoSkipsFrameTaskEncoder": ("video_frames", "fidelity/images", "task_encoder"),
     f"{_HERE}:VideoBlackFrameTaskEncoder": ("video_frames", "bad_input/corrupt_payload", "task_encoder"),
