@@ -1,5 +1,6 @@
-"""The data a target is checked on: generated shards for its encoding (or the user's own dataset, which is
-never written to), crude samples read back through Energon, and the member-to-field mapping."""
+"""The data a target is checked on: the user's own dataset (never written to) and datasets derived from
+its samples, or generated shards of a known format; member kinds told by name and content; crude samples
+read back through Energon."""
 
 from __future__ import annotations
 
@@ -409,11 +410,12 @@ def _leaf_spec(value: Any) -> Any:
 
 @dataclass
 class Workspace:
-    """Datasets for checking targets, generated on first use under ``root`` and reused.
+    """Datasets for checking targets, made on first use under ``root`` and reused.
 
-    ``dataset``: a user's prepared dataset; it is read, never written (variants are generated in the
-    user's format, inferred from its first sample, under ``root``). ``schema_files``: the user's formats
-    (``--conformance-schema``, repeatable). Otherwise an encoding is generated from the built-in
+    ``dataset``: a user's prepared dataset; it is read, never written: every other dataset a check needs
+    is derived from its samples under ``root`` (:meth:`derived`), its format inferred from its first
+    sample by name and content and refined by a ``schema_files`` entry where one is given.
+    ``schema_files``: without a dataset, the user's formats (``--conformance-schema``, repeatable). Otherwise an encoding is generated from the built-in
     formats or the shipped example schemas (:func:`primus_energon.synthetic.example_schemas`). ``together``: the formats
     one target cooks; their shared tensor fields get one shape and dtype (:func:`primus_energon.synthetic.harmonised`),
     so their samples can meet in a batch.
