@@ -159,6 +159,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="write junit.xml, report.json and report.md into DIR",
     )
+    group.addoption(
+        "--conformance-keep-data",
+        action="store_true",
+        default=False,
+        help="keep the datasets the suite generated or derived from yours (under pytest's temporary folder) "
+        "after the run; by default they are removed at the end of the run (derived from a large dataset, they "
+        "can take gigabytes)",
+    )
 
 
 def _taken_option_names(parser: pytest.Parser) -> set[str]:

@@ -332,3 +332,27 @@ def test_a_target_that_cannot_cook_derived_copies_is_inconclusive_not_failed(tmp
     assert "inconclusive" in run.stdout and report["inconclusive"]
     strict, _ = suite(tmp_path / "strict", dataset, target, *properties, "--conformance-strict")
     assert strict.returncode == 1
+
+
+def test_the_derived_datasets_are_removed_after_the_run_unless_kept(
+    preencoded_user: Path, tmp_path: Path
+) -> None:
+    """Derived from large samples they take gigabytes, and pytest keeps its last three temporary folders:
+    the run removes each target's datasets at its end; --conformance-keep-data keeps them."""
+    for keep in (False, True):
+        basetemp = tmp_path / f"base-{keep}"
+        run = run_pytest(
+            tmp_path,
+            "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
+            f"--conformance-dataset={preencoded_user}",
+            "--conformance-profile=quick",
+            "--conformance-property=resume",
+            f"--basetemp={basetemp}",
+            *(["--conformance-keep-data"] if keep else []),
+        )
+        assert run.returncode == 0, run.stdout[-3000:]
+        derived = sorted(p.name for p in basetemp.glob("conformance-*/*") if (p / "manifest.json").exists())
+        if keep:
+            assert derived and all("-resume-derived-" in name for name in derived), derived
+        else:
+            assert derived == [], derived

@@ -4,6 +4,7 @@ of its property (see primus_energon.conformance.plugin)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -51,9 +52,10 @@ def conformance_context(
     conformance_target, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ):
     config = request.config
+    workdir = tmp_path_factory.mktemp(f"conformance-{conformance_target.name}")
     ctx = make_context(
         conformance_target,
-        workdir=tmp_path_factory.mktemp(f"conformance-{conformance_target.name}"),
+        workdir=workdir,
         profile=config.getoption("conformance_profile"),
         seed=config.getoption("conformance_seed"),
         encoding=config.getoption(option_dest("encoding")),
@@ -78,6 +80,10 @@ def conformance_context(
         yield ctx
     finally:
         ctx.close()
+        if not config.getoption("conformance_keep_data"):
+            # The datasets are a pure function of the options (a rerun makes them again); derived from a
+            # user's large samples they take gigabytes, and pytest keeps its last three temporary folders.
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_property(conformance_context, property_id: str, request: pytest.FixtureRequest) -> None:
