@@ -10,6 +10,8 @@ directory's tests.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +34,10 @@ __all__ = [
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
 SUITE_MODULE = __name__.rpartition(".")[0] + ".suite.test_conformance"
 _RESULTS_KEY = pytest.StashKey[list]()
+#: the run's own temporary folder (hypothesis's cache, pytest-benchmark's storage), removed at the end
+_SCRATCH_KEY = pytest.StashKey[Path]()
+#: pytest-benchmark's default storage: a folder in the directory pytest runs in
+_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
 _CLAIM_XFAILS_KEY = pytest.StashKey[dict]()
 #: Results reported on this (controller) process, in report order.
 _collected: list[dict[str, Any]] = []
@@ -209,6 +215,33 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance_property(id): a conformance property check")
     # Energon always asks for pinned memory; without an accelerator torch warns once per loader.
     config.addinivalue_line("filterwarnings", "ignore:.*pin_memory.*:UserWarning")
+    _keep_out_of_the_users_folder(config)
+
+
+def _keep_out_of_the_users_folder(config: pytest.Config) -> None:
+    """Nothing but the report asked for goes into the folder the user runs in: hypothesis's cache (the
+    suite's profiles keep no example database; hypothesis still caches character tables in
+    ``.hypothesis/``) and pytest-benchmark's storage (``.benchmarks/``, made at start-up even when no
+    benchmark runs) go into a temporary folder, removed when pytest ends; also for the suite's child
+    processes. A place the user chose (HYPOTHESIS_STORAGE_DIRECTORY, --benchmark-storage) is kept."""
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    scratch = Path(tempfile.mkdtemp(prefix="conformance-scratch-"))
+    config.stash[_SCRATCH_KEY] = scratch
+    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
+        set_hypothesis_home_dir(scratch / "hypothesis")
+    # pytest-benchmark (when installed) builds its storage in its own pytest_configure, after this one
+    if getattr(config.option, "benchmark_storage", None) == _BENCHMARK_DEFAULT_STORAGE:
+        config.option.benchmark_storage = f"file://{scratch / 'benchmarks'}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    scratch = config.stash.get(_SCRATCH_KEY, None)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _SuiteModule(pytest.Module):

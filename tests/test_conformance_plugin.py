@@ -90,6 +90,26 @@ def test_reference_cooker_exits_0(tmp_path: Path) -> None:
     assert "3 passed" in run.stdout
 
 
+def test_the_run_leaves_nothing_in_the_users_folder_but_the_report(tmp_path: Path) -> None:
+    """Hypothesis's cache and pytest-benchmark's storage go to a temporary folder of the run (removed at its
+    end), not to .hypothesis/ and .benchmarks/ in the folder the user runs in; the report asked for stays."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    run = _pytest(
+        folder,
+        "--cooker",
+        "primus_energon:PREENCODED_COOKER",
+        "--conformance-profile",
+        "quick",
+        "--conformance-property",
+        "purity",  # draws with hypothesis
+        "--conformance-report",
+        "out",
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == ["out"]
+
+
 @pytest.mark.slow
 def test_wrappers_get_the_wrapper_property_only(tmp_path: Path) -> None:
     """--wrapper collects one test per wrapper (its own property); the reference passes, a wrapper that
