@@ -8,23 +8,32 @@ from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .errors import SyntheticError
-from .faults import FaultPlan, PlannedFault
+from .faults import DOTTED_SUFFIX, FaultPlan, PlannedFault, dotted_key
 from .manifest import FaultRecord
 from .payloads import DTYPE_NAMES, TORCH_DTYPES, Payload, PayloadFactory, tensor_bytes
 from .rng import fault_rng
 from .schema import TensorSpec
 from .tar import EMPTY_TAR, tar_header
 
-__all__ = ["apply_member_fault", "apply_post_prepare_faults", "malicious_payload"]
+__all__ = [
+    "WRONG_DTYPE",
+    "apply_member_fault",
+    "apply_post_prepare_faults",
+    "dotted_key_fault",
+    "garbage_bytes",
+    "malicious_payload",
+    "non_utf8_caption",
+]
 
-_WRONG_DTYPE = {
+#: ``wrong-dtype``: the dtype a member of each dtype is stored in instead
+WRONG_DTYPE = {
     "float32": "float64",
     "bfloat16": "float32",
     "float16": "float32",
@@ -52,6 +61,41 @@ def malicious_payload(marker_path: str) -> memoryview:
     return tensor_bytes(_CreatesMarkerWhenUnpickled(marker_path))  # type: ignore[arg-type]
 
 
+def garbage_bytes(rng: Any, size: int) -> tuple[bytes, dict[str, Any]]:
+    """``garbage-payload``: random bytes of the member's size (at least 16), and the fault's detail."""
+    size = max(16, size)
+    junk = bytearray(rng.bytes(size))
+    junk[0] = 0  # no codec accepts a leading NUL: not a zip, pickle, JPEG/PNG/RIFF or JSON document
+    return bytes(junk), {"size": size}
+
+
+def non_utf8_caption(clean: bytes) -> tuple[bytes, dict[str, Any]]:
+    """``non-utf8-caption``: the caption (with a word that cp1252 encodes outside UTF-8 before it) in
+    cp1252, and the fault's detail (where the first invalid byte is)."""
+    text = clean.decode("utf-8", errors="replace")
+    data = ("Café " + text).encode("cp1252", errors="replace")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data, {"encoding": "cp1252", "invalid_byte_offset": exc.start}
+    raise AssertionError("cp1252 caption unexpectedly decoded as UTF-8")  # pragma: no cover
+
+
+def dotted_key_fault(shard: str, key: str, members: Iterable[str]) -> FaultRecord:
+    """The manifest record of a ``dotted-key`` fault on sample ``key`` (stored as :func:`dotted_key`)."""
+    return FaultRecord(
+        "dotted-key",
+        shard,
+        key,
+        None,
+        {
+            "stored_key": dotted_key(key),
+            "energon_key": key,
+            "energon_members": [DOTTED_SUFFIX[1:] + "." + m for m in members],
+        },
+    )
+
+
 def apply_member_fault(
     planned: PlannedFault,
     factory: PayloadFactory,
@@ -71,23 +115,15 @@ def apply_member_fault(
     if kind == "missing-member":
         return None, {}
     if kind == "garbage-payload":
-        size = max(16, len(clean.data))
-        junk = bytearray(rng.bytes(size))
-        junk[0] = 0  # no codec accepts a leading NUL: not a zip, pickle, JPEG/PNG/RIFF or JSON document
-        return Payload(bytes(junk), clean.kind), {"size": size}
+        junk, detail = garbage_bytes(rng, len(clean.data))
+        return Payload(junk, clean.kind), detail
     if kind == "malicious-pickle":
         if marker_path is None:  # pragma: no cover - generate_dataset always sets one
             raise SyntheticError("malicious-pickle needs a marker_path")
         return Payload(malicious_payload(marker_path), "tensor"), {"marker_path": marker_path}
     if kind == "non-utf8-caption":
-        text = bytes(clean.data).decode("utf-8")
-        data = ("Café " + text).encode("cp1252", errors="replace")
-        try:
-            data.decode("utf-8")
-            raise AssertionError("cp1252 caption unexpectedly decoded as UTF-8")  # pragma: no cover
-        except UnicodeDecodeError as exc:
-            offset = exc.start
-        return Payload(data, "text"), {"encoding": "cp1252", "invalid_byte_offset": offset}
+        data, detail = non_utf8_caption(bytes(clean.data))
+        return Payload(data, "text"), detail
     assert isinstance(spec, TensorSpec)
     tensor = factory.tensor(name, spec, index)
     if kind == "nan-tensor":
@@ -99,7 +135,7 @@ def apply_member_fault(
             "nan_indices": where
         }
     if kind == "wrong-dtype":
-        actual = _WRONG_DTYPE.get(spec.dtype, "int64")
+        actual = WRONG_DTYPE.get(spec.dtype, "int64")
         wrong = tensor.to(TORCH_DTYPES[actual]).clone()
         detail = {"expected": spec.dtype, "actual": DTYPE_NAMES[wrong.dtype]}
         return Payload(tensor_bytes(wrong), "tensor", detail["actual"], tuple(wrong.shape)), detail

@@ -29,8 +29,16 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from .damage import (
+    WRONG_DTYPE,
+    apply_post_prepare_faults,
+    dotted_key_fault,
+    garbage_bytes,
+    malicious_payload,
+    non_utf8_caption,
+)
 from .errors import SyntheticError
-from .faults import DOTTED_SUFFIX, FAULT_KINDS, dotted_key, parse_faults, plan_faults
+from .faults import FAULT_KINDS, dotted_key, parse_faults, plan_faults
 from .manifest import MANIFEST_FILENAME, FaultRecord, Manifest, MemberRecord, SampleRecord, ShardRecord
 from .plan import positive_int
 from .preparation import assign_splits, prepare_with_energon, write_dataset_yaml
@@ -39,15 +47,6 @@ from .tar import TarShardWriter
 
 __all__ = ["derive_dataset"]
 
-_WRONG_DTYPE = {
-    "float32": "float64",
-    "bfloat16": "float32",
-    "float16": "float32",
-    "float64": "float32",
-    "int64": "int32",
-    "uint8": "int64",
-    "bool": "uint8",
-}
 #: Pillow's format name and save options per image format of a derived image (lossless where the format is)
 _IMAGE_SAVE = {
     "jpeg": ("JPEG", {"quality": 95}),
@@ -208,21 +207,11 @@ def _member_fault(kind: str, spec: Any, data: bytes, rng: Any, marker_path: str)
     if kind == "missing-member":
         return None, {}
     if kind == "garbage-payload":
-        junk = bytearray(rng.bytes(max(16, len(data))))
-        junk[0] = 0  # no codec accepts a leading NUL
-        return bytes(junk), {"size": len(junk)}
+        return garbage_bytes(rng, len(data))
     if kind == "malicious-pickle":
-        from .damage import malicious_payload
-
         return bytes(malicious_payload(marker_path)), {"marker_path": marker_path}
     if kind == "non-utf8-caption":
-        text = data.decode("utf-8", errors="replace")
-        bad = ("Café " + text).encode("cp1252", errors="replace")
-        try:
-            bad.decode("utf-8")
-        except UnicodeDecodeError as error:
-            return bad, {"encoding": "cp1252", "invalid_byte_offset": error.start}
-        raise SyntheticError("could not make the caption invalid UTF-8")  # pragma: no cover
+        return non_utf8_caption(data)
     tensor = _read_tensor(data)
     if kind == "nan-tensor":
         flat = tensor.reshape(-1).clone()
@@ -234,7 +223,7 @@ def _member_fault(kind: str, spec: Any, data: bytes, rng: Any, marker_path: str)
         from .payloads import DTYPE_NAMES, TORCH_DTYPES
 
         expected = DTYPE_NAMES[tensor.dtype]
-        actual = _WRONG_DTYPE.get(expected, "int64")
+        actual = WRONG_DTYPE.get(expected, "int64")
         return _saved(tensor.to(TORCH_DTYPES[actual])), {"expected": expected, "actual": actual}
     if kind == "wrong-shape":
         expected = list(tensor.shape)
@@ -333,19 +322,7 @@ def derive_dataset(
                 stored_key = key
                 if planned is not None and planned.kind == "dotted-key":
                     stored_key = dotted_key(key)
-                    fault_records.append(
-                        FaultRecord(
-                            "dotted-key",
-                            shard,
-                            key,
-                            None,
-                            {
-                                "stored_key": stored_key,
-                                "energon_key": key,
-                                "energon_members": [DOTTED_SUFFIX[1:] + "." + m for m in members],
-                            },
-                        )
-                    )
+                    fault_records.append(dotted_key_fault(shard, key, members))
                 stored: dict[str, MemberRecord] = {}
                 for name in members:
                     spec = schema.members[name]
@@ -365,7 +342,6 @@ def derive_dataset(
     prepare_with_energon(out, shard_names, shard_splits)
     dataset_subflavors = dict(subflavors or {})
     write_dataset_yaml(out, dataset_subflavors)
-    from .damage import apply_post_prepare_faults
 
     key_of = {r.index: r.key for r in records}
     shard_of = {r.index: r.shard for r in records}

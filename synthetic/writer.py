@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .damage import apply_member_fault
-from .faults import DOTTED_SUFFIX, dotted_key
+from .damage import apply_member_fault, dotted_key_fault
+from .faults import dotted_key
 from .manifest import FaultRecord, MemberRecord, SampleRecord
 from .payloads import PayloadFactory
 from .plan import DatasetPlan
@@ -48,19 +48,7 @@ def write_shard(plan: DatasetPlan, s: int, on_sample: Callable[[], None] | None 
             stored_key = key
             if planned is not None and planned.kind == "dotted-key":
                 stored_key = dotted_key(key)
-                faults.append(
-                    FaultRecord(
-                        "dotted-key",
-                        shard_name,
-                        key,
-                        None,
-                        {
-                            "stored_key": stored_key,
-                            "energon_key": key,
-                            "energon_members": [DOTTED_SUFFIX[1:] + "." + m for m in schema.members],
-                        },
-                    )
-                )
+                faults.append(dotted_key_fault(shard_name, key, schema.members))
             members: list[tuple[str, str, str | None, tuple[int, ...] | None, int]] = []
             for name, spec in schema.members.items():
                 payload = factory.payload(name, spec, index, key)

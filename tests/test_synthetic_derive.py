@@ -142,7 +142,12 @@ def test_a_pickled_dict_of_tensors_is_described_leaf_by_leaf() -> None:
 def derived(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Manifest, list[dict]]:
     samples = _user_samples(3)
     out = tmp_path_factory.mktemp("derive") / "ds"
-    manifest = derive_dataset(
+    return out, _derive_eight(out, samples), samples
+
+
+def _derive_eight(out: Path, samples: list[dict]) -> Manifest:
+    """8 samples in shards of 3, derived from ``samples`` with the user's subflavors."""
+    return derive_dataset(
         out,
         samples,
         schema=_schema(samples[0]),
@@ -152,7 +157,6 @@ def derived(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Manifest, l
         key_prefix="der",
         source="/data/mine",
     )
-    return out, manifest, samples
 
 
 def test_a_derived_dataset_copies_the_users_samples_rekeyed_and_resharded(
@@ -206,16 +210,7 @@ def test_repeats_hold_the_same_values_rolled_in_the_same_container(
 def test_derivation_is_deterministic(tmp_path: Path, derived: tuple[Path, Manifest, list[dict]]) -> None:
     out, _, samples = derived
     again = tmp_path / "again"
-    derive_dataset(
-        again,
-        samples,
-        schema=_schema(samples[0]),
-        subflavors={"encoding": "foreign", "source": "mine"},
-        num_samples=8,
-        shard_size=3,
-        key_prefix="der",
-        source="/data/mine",
-    )
+    _derive_eight(again, samples)
     for shard in sorted(out.glob("*.tar")):
         assert (again / shard.name).read_bytes() == shard.read_bytes(), shard.name
     # the same manifest, but for where a malicious-pickle fault's payload would write its marker
