@@ -138,13 +138,15 @@ def test_a_correct_target_passes_every_property_on_its_own_format(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("spec", list(BROKEN))
 def test_a_broken_target_fails_the_claim_meant_for_its_defect(
-    datasets: dict[tuple[str, str], Path], tmp_path: Path, spec: str
+    datasets: dict[tuple[str, str], Path], tmp_path: Path, spec: str, variant: str
 ) -> None:
+    """Caught on the sharded dataset and on the single shard of four samples alike."""
     name, claim_id, kind = BROKEN[spec]
     prop = claim_id.partition("/")[0]
-    results = _check(spec, kind, datasets[name, "sharded"], tmp_path, properties=[prop])
+    results = _check(spec, kind, datasets[name, variant], tmp_path, properties=[prop])
     (result,) = [r for r in results if r.property == prop]
     claim = result.claim(claim_id)
     others = {c.id: c.verdict for r in results for c in r.claims if c.verdict not in ("pass", "skip")}
