@@ -351,6 +351,12 @@ def test_the_derived_datasets_are_removed_after_the_run_unless_kept(
             *(["--conformance-keep-data"] if keep else []),
         )
         assert run.returncode == 0, run.stdout[-3000:]
+        # the header and the summary say the data is derived, and from how many of the user's samples
+        assert f"conformance data: your dataset {preencoded_user};" in run.stdout
+        assert (
+            f"1 dataset(s) derived from 4 of your samples of {preencoded_user}: resume (24 samples)"
+            in run.stdout
+        )
         derived = sorted(p.name for p in basetemp.glob("conformance-*/*") if (p / "manifest.json").exists())
         if keep:
             assert derived and all("-resume-derived-" in name for name in derived), derived
