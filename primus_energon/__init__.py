@@ -52,6 +52,9 @@ __all__ = [
     "cyclic_iter",
     "get_loader",
     "resolve_rank",
+    "ResumeMismatchError",
+    "ResumeUncheckedWarning",
+    "ResumeChangeWarning",
     "load_tensor",
     "read_tensor",
     "TensorFileError",
@@ -97,6 +100,7 @@ _EXPORTS = {
     ),
     "loader": ("get_loader", "resolve_rank"),
     "payloads": ("decode_text", "load_image", "load_tensor"),
+    "resume": ("ResumeChangeWarning", "ResumeMismatchError", "ResumeUncheckedWarning"),
     "safepickle": ("PickleFormatError", "UnsafePickleError", "safe_loads"),
     "sample": ("DiffusionSample",),
     "task_encoders": (
@@ -138,6 +142,7 @@ if TYPE_CHECKING:
     )
     from .loader import get_loader, resolve_rank
     from .payloads import decode_text, load_image, load_tensor
+    from .resume import ResumeChangeWarning, ResumeMismatchError, ResumeUncheckedWarning
     from .safepickle import PickleFormatError, UnsafePickleError, safe_loads
     from .sample import DiffusionSample
     from .task_encoders import (

@@ -14,6 +14,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from .errors import EmptyDataloaderError
+from .resume import (
+    ALLOWABLE_CHANGES,
+    ResumeChangeWarning,
+    ResumeMismatchError,
+    ResumeUncheckedWarning,
+    blocking,
+    compare_records,
+    loader_record,
+    pack_state,
+    unpack_state,
+)
 
 __all__ = ["MegatronDataloaderWrapper", "EnergonDataloader", "cyclic_iter"]
 
@@ -66,8 +77,13 @@ class MegatronDataloaderWrapper(Generic[T]):
     """Makes any iterable fit Megatron's training loop: ``next()`` never raises ``StopIteration``.
 
     - Cyclic: when a pass over the wrapped loader ends, the next one starts (see :func:`cyclic_iter`).
-    - ``save_state()`` returns ``loader.save_state_rank()`` if the loader has it, else None.
-    - ``restore_state(state)`` calls ``loader.restore_state_rank(state)`` and takes effect from the
+    - ``save_state()`` returns ``loader.save_state_rank()`` if the loader has it, else None; for an
+      Energon loader, together with a record of what decides its stream (rank, world size, workers,
+      seed, micro batch size, shard tables, pipeline settings, Energon release; see
+      :mod:`primus_energon.resume`).
+    - ``restore_state(state)`` first compares that record with this loader's and raises
+      :class:`~primus_energon.resume.ResumeMismatchError`, naming each difference, where Energon could
+      not continue exactly; then calls ``loader.restore_state_rank(state)``, which takes effect from the
       next batch (a fresh iterator), so the run continues exactly where the saved one would have.
     """
 
@@ -119,20 +135,33 @@ class MegatronDataloaderWrapper(Generic[T]):
         return len(self._dataloader)  # type: ignore[arg-type]
 
     def save_state(self) -> Any:
-        """The wrapped loader's state for this rank (``save_state_rank()``), or None if it cannot save."""
+        """This rank's loader state (``save_state_rank()``) with the record of its configuration, or None
+        if the wrapped loader cannot save. Plain data around Energon's state: ``torch.save`` it per rank."""
         save = getattr(self._dataloader, "save_state_rank", None)
         if save is None:
             log.debug("%s has no save_state_rank(); nothing to save", type(self._dataloader).__name__)
             return None
-        return save()
+        return pack_state(loader_record(self._dataloader), save())
 
-    def restore_state(self, state: Any) -> None:
+    def restore_state(self, state: Any, *, allow_changes: Iterable[str] = ()) -> None:
         """Restore a state from :meth:`save_state`; the next batch is the one that followed the save.
 
-        ``None`` means the initial state. Raises ``TypeError`` for a non-None state when the wrapped
-        loader cannot restore, and ``RuntimeError`` when it refuses (Energon loaders with worker
-        processes accept a restore only before their first batch: build a new loader and restore that).
+        ``None`` means the initial state. Raises :class:`~primus_energon.resume.ResumeMismatchError`
+        when the state was saved under a configuration this loader cannot continue exactly (another
+        world size, rank, worker count, seed, micro batch size, shard table or pipeline setting), naming
+        each difference; ``allow_changes`` accepts the changes whose continuation is defined
+        (``"micro_batch_size"``: a divisor of the saved one, with workers; ``"energon"``: another release).
+        A state saved without a record restores with a :class:`~primus_energon.resume.ResumeUncheckedWarning`.
+        Raises ``TypeError`` for a non-None state when the wrapped loader cannot restore, and
+        ``RuntimeError`` when it refuses (Energon loaders with worker processes accept a restore only
+        before their first batch: build a new loader and restore that).
         """
+        allow = set(allow_changes)
+        if allow - ALLOWABLE_CHANGES:
+            raise ValueError(
+                f"allow_changes={sorted(allow)}: only {sorted(ALLOWABLE_CHANGES)} can be allowed; the other "
+                "changes have no defined continuation in Energon"
+            )
         restore = getattr(self._dataloader, "restore_state_rank", None)
         if restore is not None and getattr(self._dataloader, "_has_workers", False):
             # Energon asserts here; check first so that the running pass stays usable after the error.
@@ -141,11 +170,14 @@ class MegatronDataloaderWrapper(Generic[T]):
                 "a loader with workers can be restored only before its first batch. Build a fresh loader, "
                 "restore it, then iterate"
             )
+        record, inner = unpack_state(state)
+        if restore is not None and state is not None:
+            self._check_record(record, allow)
         # Close the running pass first: its generators' cleanup must not run after (and undo) the restore.
         # Energon applies a restored state to the next iterator it creates, not to a running one.
         self._close_iterator()
         if restore is None:
-            if state is not None:
+            if inner is not None:
                 raise TypeError(
                     f"cannot restore a saved state: the wrapped {type(self._dataloader).__name__} has no "
                     "restore_state_rank(); wrap an Energon savable loader (get_savable_loader)"
@@ -157,13 +189,36 @@ class MegatronDataloaderWrapper(Generic[T]):
             try:
                 # Energon consumes parts of the state object while restoring; restore a copy so that
                 # the caller's state stays valid (e.g. to restore the same checkpoint twice).
-                restore(copy.deepcopy(state))
+                restore(copy.deepcopy(inner))
             except AssertionError as error:
                 raise RuntimeError(
                     f"{type(self._dataloader).__name__} refused the restore ({error}). A loader with worker "
                     "processes can be restored only before its first batch: build a fresh loader, restore "
                     "it, then iterate"
                 ) from error
+
+    def _check_record(self, record: Any, allow: set[str]) -> None:
+        """Raise :class:`ResumeMismatchError` for the differences that stop a restore; warn about the rest."""
+        current = loader_record(self._dataloader)
+        if record is None:
+            warnings.warn(
+                "restoring a loader state saved without a record of its configuration (by an older "
+                "primus-energon, or by save_state_rank() directly): nothing can check that it was saved by "
+                "this rank with this world size, seed, worker count and data. Save with "
+                "MegatronDataloaderWrapper.save_state() to have it checked",
+                ResumeUncheckedWarning,
+                stacklevel=3,
+            )
+            return
+        if current is None:
+            return  # a loader that cannot describe itself: nothing to compare with
+        changes = compare_records(record, current)
+        stopping = blocking(changes, allow)
+        if stopping:
+            where = f" (rank {current.get('rank')} of {current.get('world_size')})"
+            raise ResumeMismatchError(changes if len(stopping) == len(changes) else stopping, where=where)
+        for change in changes:
+            warnings.warn(f"resuming across a change: {change.describe()}", ResumeChangeWarning, stacklevel=3)
 
     def _close_iterator(self) -> None:
         iterator, self._iterator = self._iterator, None
