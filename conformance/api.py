@@ -7,7 +7,7 @@ import copy
 import gc
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,17 @@ from .data import Workspace
 from .profiles import get_profile
 from .properties import PROPERTIES, Property, get_property
 from .results import PropertyResult
-from .target import InputForm, Target, resolve_target
+from .target import InputForm, Target, load_object, resolve_target
 
-__all__ = ["check_cooker", "check_task_encoder", "check_wrapper", "run_property", "make_context", "prestart"]
+__all__ = [
+    "check_cooker",
+    "check_task_encoder",
+    "check_wrapper",
+    "run_property",
+    "make_context",
+    "prestart",
+    "parse_resume_hooks",
+]
 
 
 def make_context(
@@ -35,6 +43,7 @@ def make_context(
     strict: bool = False,
     timeout_s: float | None = None,
     call_timeout_s: float | None = None,
+    resume_hooks: str | Sequence[str] | None = None,
 ) -> CheckContext:
     # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
@@ -56,12 +65,34 @@ def make_context(
         encoding=encoding,
         min_samples_per_s=min_samples_per_s,
         strict=strict,
+        resume_hooks=parse_resume_hooks(resume_hooks),
         **timeouts,
     )
     problem = ctx.format_problem()
     if problem:
         raise ValueError(f"{target.describe()}: {problem}")
     return ctx
+
+
+def parse_resume_hooks(hooks: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``SAVE,LOAD`` (or a pair) as two ``MODULE:FUNC`` specs, each importing to a callable; ``ValueError``
+    saying what is wrong otherwise. Empty for None."""
+    if not hooks:
+        return ()
+    specs = [part.strip() for part in hooks.split(",")] if isinstance(hooks, str) else [str(h) for h in hooks]
+    if len(specs) != 2 or not all(specs):
+        raise ValueError(
+            f"--resume-hooks {hooks!r}: expected SAVE,LOAD, two MODULE:FUNC separated by a comma (called as "
+            "save(loader, directory, rank) and load(loader, directory, rank))"
+        )
+    for role, spec in zip(("save", "load"), specs, strict=True):
+        try:
+            hook = load_object(spec)
+        except ValueError as error:
+            raise ValueError(f"--resume-hooks: the {role} hook: {error}") from None
+        if not callable(hook):
+            raise ValueError(f"--resume-hooks: the {role} hook {spec!r} is not callable")
+    return tuple(specs)
 
 
 _ENVIRONMENT_CHECKED: list[bool] = []

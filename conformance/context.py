@@ -38,6 +38,9 @@ class CheckContext:
     timeout_s: float = 300.0
     #: an in-process call into the target (cooking one sample, the first batch) may take this long
     call_timeout_s: float = 60.0
+    #: ``--resume-hooks SAVE,LOAD``: the user's checkpoint functions, ``MODULE:FUNC`` each, called as
+    #: ``save(loader, directory, rank)`` / ``load(loader, directory, rank)`` (the restart property)
+    resume_hooks: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     #: why samples could not be read (decoder errors), for claims that examined nothing
     read_errors: list[str] = field(default_factory=list)
@@ -259,6 +262,8 @@ class CheckContext:
             extra += f" --conformance-packing-buffer-size {self.target.packing_buffer_size}"
         if getattr(self.target, "batch_size", None) is not None:
             extra += f" --conformance-batch-size {self.target.batch_size}"
+        if self.resume_hooks:
+            extra += f" --resume-hooks {shell_quote(','.join(self.resume_hooks))}"
         return (
             f"pytest {flag} {shell_quote(self.target.spec)}{extra} "
             f"--conformance-property {property_id.partition('/')[0]}"

@@ -166,6 +166,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write junit.xml, report.json and report.md into DIR",
     )
     group.addoption(
+        "--resume-hooks",
+        default=None,
+        metavar="SAVE,LOAD",
+        help="the checkpoint functions your trainer persists and reloads each rank's loader state with, "
+        "MODULE:FUNC each, called as save(loader, directory, rank) and load(loader, directory, rank); the "
+        "restart property then saves and restores through them, also across changed world sizes, seeds, "
+        "worker counts, batch sizes and shards",
+    )
+    group.addoption(
         "--conformance-keep-data",
         action="store_true",
         default=False,
@@ -311,6 +320,14 @@ def _check_usage(config: pytest.Config) -> None:
                 targets.append((option, spec, resolve_target(spec, kind=kind, **target_options(config))))
             except Exception as error:  # any import-time failure of the user's module, said in one line
                 problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
+    hooks = config.getoption("resume_hooks", None)
+    if hooks:
+        from .api import parse_resume_hooks
+
+        try:
+            parse_resume_hooks(hooks)
+        except Exception as error:
+            problems.append(" ".join(str(error).split()))
     schemas = config.getoption(option_dest("schema")) or []
     if schemas:
         from primus_energon.synthetic import load_schema

@@ -28,6 +28,7 @@ CHILDREN = {
     "determinism": "primus_energon.conformance.properties.determinism",
     "shard": "primus_energon.conformance.properties.sharding",
     "probe": "primus_energon.conformance.probe",
+    "restart": "primus_energon.conformance.properties.restart",
 }
 
 
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, module in modules.items():
         p = sub.add_parser(name)
         p.add_argument("--spec", required=True, help="MODULE:ATTR of the target")
-        p.add_argument("--kind", required=True, choices=["cooker", "task_encoder"])
+        p.add_argument("--kind", required=True, choices=["cooker", "task_encoder", "wrapper"])
         p.add_argument("--input-form", default="bytes", choices=["bytes", "decoded"])
         p.add_argument("--dataset", action="append", required=True, help="prepared dataset (repeatable)")
         module.add_child_arguments(p)

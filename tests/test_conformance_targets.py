@@ -98,7 +98,10 @@ def test_python_api_takes_kwargs_and_loader_settings(tmp_path: Path) -> None:
     )
     assert [r.verdict for r in cooker] == ["pass", "pass"], [r.message for r in cooker]
     wrapper = check_wrapper(
-        "tests.conformance_zoo.configured:StepsWrapper", kwargs={"name": "w"}, profile="quick"
+        "tests.conformance_zoo.configured:StepsWrapper",
+        kwargs={"name": "w"},
+        profile="quick",
+        properties=["wrapper"],
     )
     assert [r.verdict for r in wrapper] == ["pass"], [r.message for r in wrapper]
     with pytest.raises(ValueError, match="not a literal value"):

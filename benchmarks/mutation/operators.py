@@ -126,6 +126,7 @@ PAYLOADS = "primus_energon/payloads.py"
 TASK_ENCODERS = "primus_energon/task_encoders.py"
 BATCHING = "primus_energon/batching.py"
 DATALOADER = "primus_energon/dataloader.py"
+RESUME = "primus_energon/resume.py"
 PACKING = "tests/conformance_zoo/packing.py"
 
 #: imports the cooker mutants need, added after the cookers' Energon import
@@ -1034,7 +1035,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrong_restore",
         "restore_state() does not restore (the wrapped loader starts from its initial state)",
         DATALOADER,
-        (Edit("                restore(copy.deepcopy(state))\n", "                pass\n"),),
+        (Edit("                restore(copy.deepcopy(inner))\n", "                pass\n"),),
         _WRAP,
         ("wrapper/resume",),
     ),
@@ -1043,7 +1044,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrong_restore",
         "restore_state() restores the initial state (None) instead of the saved one",
         DATALOADER,
-        (Edit("                restore(copy.deepcopy(state))\n", "                restore(None)\n"),),
+        (Edit("                restore(copy.deepcopy(inner))\n", "                restore(None)\n"),),
         _WRAP,
         ("wrapper/resume",),
     ),
@@ -1054,7 +1055,7 @@ MUTANTS: tuple[Mutant, ...] = (
         DATALOADER,
         (
             Edit(
-                "            return None\n        return save()\n",
+                "            return None\n        return pack_state(loader_record(self._dataloader), save())\n",
                 "            return None\n        return None\n",
             ),
         ),
@@ -1066,7 +1067,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrong_restore",
         "restore_state() hands the caller's state object to the loader (Energon consumes parts of it)",
         DATALOADER,
-        (Edit("                restore(copy.deepcopy(state))\n", "                restore(state)\n"),),
+        (Edit("                restore(copy.deepcopy(inner))\n", "                restore(inner)\n"),),
         _WRAP,
         ("wrapper/restore_twice",),
     ),
@@ -1083,6 +1084,33 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         _WRAP,
         ("wrapper/restore_after_batches",),
+    ),
+    Mutant(
+        "wrapper_restore_unchecked",
+        "resume_record",
+        "restore_state() restores without comparing the saved configuration record (Energon's silent restore)",
+        DATALOADER,
+        (Edit("            self._check_record(record, allow)\n", "            pass\n"),),
+        _WRAP,
+        ("restart/world_size",),
+    ),
+    Mutant(
+        "resume_record_ignores_world_size",
+        "resume_record",
+        "the record comparison leaves out the data-parallel world size",
+        RESUME,
+        (Edit("    if s_world != c_world:\n", "    if False:\n"),),
+        _WRAP,
+        ("restart/world_size",),
+    ),
+    Mutant(
+        "resume_record_ignores_shards",
+        "resume_record",
+        "the record comparison leaves out the shard table (a dataset that grew in place is accepted)",
+        RESUME,
+        (Edit('        if old["digest"] != new["digest"]:\n', "        if False:\n"),),
+        _WRAP,
+        ("restart/shards",),
     ),
     Mutant(
         "wrapper_not_cyclic",
@@ -1112,7 +1140,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrapper_alias",
         "the deprecated alias EnergonDataloader no longer warns",
         DATALOADER,
-        (Edit("        warnings.warn(\n", "        (lambda *a, **k: None)(\n"),),
+        (
+            Edit(
+                '        warnings.warn(\n            "EnergonDataloader is deprecated',
+                '        (lambda *a, **k: None)(\n            "EnergonDataloader is deprecated',
+            ),
+        ),
         _WRAP,
         ("wrapper/deprecated_alias",),
     ),

@@ -71,6 +71,13 @@ PROPERTIES: tuple[Property, ...] = (
         "wrapper", 13, "Dataloader wrapper contract", "wrapper", frozenset({"wrapper"}), needs_loader=False
     ),
     Property("packing", 14, "Sequence packing", "packing", _TE),
+    Property(
+        "restart",
+        15,
+        "Resume in fresh processes, under changed configurations",
+        "restart",
+        frozenset({"cooker", "task_encoder", "wrapper"}),
+    ),
 )
 
 

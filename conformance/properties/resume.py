@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from torch.utils.data._utils.collate import default_convert
 
-from primus_energon import MegatronDataloaderWrapper
+from primus_energon import MegatronDataloaderWrapper, ResumeUncheckedWarning
+from primus_energon.resume import unpack_state
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
@@ -151,8 +153,13 @@ def _continue(
         if route == "wrapper":
             wrapper = MegatronDataloaderWrapper(loader)
             try:
-                wrapper.restore_state(copy.deepcopy(state))
-                resaved = copy.deepcopy(wrapper.save_state())
+                with warnings.catch_warnings():
+                    # The reference state was saved with save_state_rank() (no configuration record): the
+                    # same loader settings by construction, so the wrapper's "unchecked" warning is noise here.
+                    warnings.simplefilter("ignore", ResumeUncheckedWarning)
+                    wrapper.restore_state(copy.deepcopy(state))
+                # Energon's own state, without the configuration record the wrapper keeps beside it
+                resaved = copy.deepcopy(unpack_state(wrapper.save_state())[1])
                 return _take(wrapper, CONTINUATION), resaved
             finally:
                 wrapper.close()

@@ -63,6 +63,7 @@ def conformance_context(
         dataset=config.getoption(option_dest("dataset")),
         min_samples_per_s=config.getoption(option_dest("min-samples-per-s")),
         strict=config.getoption("conformance_strict"),
+        resume_hooks=config.getoption("resume_hooks"),
     )
     # The properties collected for this target (after -k and --conformance-property) start their child
     # processes now, so those run while the properties before them are checked. Not under xdist: there a

@@ -103,3 +103,63 @@ class RenamedWrapper(PlainWrapper):
 
 
 OldWrapperName = RenamedWrapper  # the name users had before; no DeprecationWarning
+
+
+class RecordingWrapper(PlainWrapper):
+    """Correct in another style: saves Energon's own description of the loader (``worker_config`` and
+    ``dataset.config()``) beside its state and refuses, with one message, a restore into a loader that
+    describes itself otherwise (another rank, world size, worker count, seed, batch size or shard list)."""
+
+    @staticmethod
+    def _describe(loader: Any) -> str:
+        import json
+
+        worker = loader.worker_config
+        described = {
+            "rank": worker.rank,
+            "world_size": worker.world_size,
+            "num_workers": worker.num_workers,
+            "seed": worker.seed_offset,
+            "dataset": loader.dataset.config(),
+        }
+        return json.dumps(described, sort_keys=True, default=str)
+
+    def save_state(self) -> Any:
+        return {"loader": self.dataloader.save_state_rank(), "described": self._describe(self.dataloader)}
+
+    def restore_state(self, state: Any) -> None:
+        if state["described"] != self._describe(self.dataloader):
+            raise ValueError(
+                "this loader state belongs to a loader configured otherwise (rank, world size, workers, seed, "
+                "batch size or shards differ); resume with the configuration it was saved with"
+            )
+        super().restore_state(state["loader"])
+
+
+class StartsFreshOnErrorWrapper(PlainWrapper):
+    """Swallows a refused restore and starts the data from scratch with a log line: Energon's refusal of
+    another worker count or a larger micro batch size becomes a silent repeat of the epoch so far."""
+
+    def restore_state(self, state: Any) -> None:
+        import logging
+
+        try:
+            super().restore_state(state)
+        except Exception as error:  # "keep training going"
+            logging.getLogger(__name__).warning("could not restore the loader (%s); starting fresh", error)
+
+
+class NewSeedStartsFreshWrapper(PlainWrapper):
+    """Saves the seed and, when a restart brings another one, applies it by starting a new pass: the
+    samples of the epoch so far come again, the new seed's order mixed into the rest."""
+
+    def save_state(self) -> Any:
+        return {
+            "loader": self.dataloader.save_state_rank(),
+            "seed": self.dataloader.worker_config.seed_offset,
+        }
+
+    def restore_state(self, state: Any) -> None:
+        if state["seed"] != self.dataloader.worker_config.seed_offset:
+            return  # the new seed wins: a fresh pass in the new order
+        super().restore_state(state["loader"])
