@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml constraints/test.txt
 
 ## The main job: the conformance suite on every reference cooker and TaskEncoder (nox -s conformance),
 ## on data it generates; report in reports/conformance/. ARGS are passed on: make conformance ARGS="--cooker m:f"
+## It runs in .venv itself (nox --no-venv --no-install): torch is installed once, not again under .nox/.
 conformance: $(STAMP)
-	$(BIN)/nox -s conformance -- $(ARGS)
+	$(BIN)/nox --no-venv --no-install -s conformance -- $(ARGS)
 
 ## End-to-end demo of the reference data path on generated data.
 demo: $(STAMP)

@@ -13,9 +13,11 @@ nox -s mutation    mutation analysis: defects put into copies of the reference t
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nox
+from nox.virtualenv import PassthroughEnv
 
 nox.options.sessions = ["lint", "tests"]
 
@@ -35,15 +37,29 @@ CONSTRAINTS = ("-c", "constraints/test.txt")
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
+    if not _own_venv(session):
+        return  # nox --no-venv --no-install: the interpreter nox runs in has everything (make conformance)
     session.install(*CONSTRAINTS, "torch")
     session.install(*CONSTRAINTS, "-e", f".[{extras}]")
+
+
+def _own_venv(session: nox.Session) -> bool:
+    """False under ``nox --no-venv`` (``make conformance``): the session runs in nox's own interpreter,
+    the project's ``.venv``, which already has torch and this project; nothing is installed again."""
+    return not isinstance(session.virtualenv, PassthroughEnv)
+
+
+def _python(session: nox.Session) -> str:
+    """The interpreter of the session: its virtualenv's, or nox's own under ``--no-venv``."""
+    return "python" if _own_venv(session) else sys.executable
 
 
 def _bytecode_cache(session: nox.Session) -> dict[str, str]:
     """Environment for sessions that start many Python processes: bytecode (and pytest's rewritten
     modules) cached in the session's virtualenv, even where PYTHONDONTWRITEBYTECODE is set; without it,
     each process compiles the project and rewrites hypothesis afresh (about 2 s a pytest process)."""
-    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{session.virtualenv.location}/pycache"}
+    location = session.virtualenv.location if _own_venv(session) else sys.prefix
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{location}/pycache"}
 
 
 @nox.session(python="3.11")
@@ -53,6 +69,8 @@ def conformance(session: nox.Session) -> None:
     own_targets = any(a.startswith(("--cooker", "--task-encoder", "--wrapper")) for a in session.posargs)
     targets = () if own_targets else REFERENCE_TARGETS
     session.run(
+        _python(session),
+        "-m",
         "pytest",
         "-n",
         "2",
