@@ -16,6 +16,7 @@ from .context import CheckContext
 from .data import Workspace
 from .profiles import get_profile
 from .properties import PROPERTIES, Property, get_property
+from .rendering import describe_error
 from .results import PropertyResult
 from .target import InputForm, Target, load_object, resolve_target
 
@@ -154,7 +155,7 @@ def _formats(ctx: CheckContext) -> dict[str, Any]:
     try:
         return ctx.formats()
     except Exception as error:  # the data could not be described; the claims say why
-        return {"checked": [], "not_checked": [], "error": f"{type(error).__name__}: {error}"}
+        return {"checked": [], "not_checked": [], "error": f"{describe_error(error)}"}
 
 
 def _run(prop: Property, ctx: CheckContext, blocker: str | None) -> PropertyResult:

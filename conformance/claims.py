@@ -32,6 +32,9 @@ exception is the suite's own defect and gives the verdict ``error``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
+from .rendering import describe_error
 from .results import Inconclusive, PropertyFailure, PropertySkipped
 
 __all__ = [
@@ -235,8 +239,15 @@ class ClaimRecorder:
         except Exception as error:
             from .execution import TargetError  # a cycle otherwise (execution uses results, not claims)
 
+            origin = None if isinstance(error, TargetError) else _target_origin(error)
             if isinstance(error, TargetError):
                 check.problem(error.message)
+            elif origin:
+                check.problem(
+                    f"the target's own code raised {describe_error(error)} at {origin}, outside any call the "
+                    "suite made into it (from a signal handler, a thread or a callback it left behind); in "
+                    "training it would stop the run the same way"
+                )
             else:
                 outcome = ("error", _suite_error(error))
         seconds = time.perf_counter() - started
@@ -363,8 +374,37 @@ def _join(problems: list[str]) -> str:
     return text
 
 
+#: Where the suite's own code lives (this package and the reference library): a frame elsewhere, and not in
+#: the standard library or an installed package, is the target's.
+_SUITE_ROOTS = tuple(
+    os.path.dirname(os.path.realpath(path)) + os.sep
+    for path in (__file__, importlib.util.find_spec("primus_energon").origin or "")
+    if path
+)
+_LIBRARY_ROOTS = tuple(
+    os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]}
+)
+
+
+def _target_origin(error: BaseException) -> str | None:
+    """``file:line (function)`` when the innermost frame of ``error`` is in the target's code (neither the
+    suite's, the standard library's nor an installed package's), else None."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    path = os.path.realpath(last.filename)
+    if (
+        path.startswith(_SUITE_ROOTS + _LIBRARY_ROOTS)
+        or "-packages" + os.sep in path
+        or last.filename.startswith("<")
+    ):
+        return None
+    return f"{last.filename}:{last.lineno} ({last.name})"
+
+
 def _suite_error(error: BaseException) -> str:
     return (
-        f"the conformance suite itself failed ({type(error).__name__}: {error}); this is a defect of the "
+        f"the conformance suite itself failed ({describe_error(error)}); this is a defect of the "
         f"suite, not of the target. Please report it with this traceback:\n{traceback.format_exc(limit=8)}"
     )

@@ -46,6 +46,8 @@ from primus_energon.synthetic.schema import (
 )
 from primus_energon.tensorfile import read_tensor
 
+from .rendering import describe_error
+
 __all__ = [
     "Workspace",
     "SMALL_SHAPES",
@@ -152,7 +154,7 @@ def read_crude(
             key = sample.get("__key__") if isinstance(sample, dict) else getattr(sample, "__key__", None)
             where = f"sample {key!r}" if key else "a sample"
             cause = error.__cause__ or error.__context__
-            text = f"{type(error).__name__}: {error}"
+            text = f"{describe_error(error)}"
             if cause is not None and str(cause) not in text:
                 text += f" (from {type(cause).__name__}: {cause})"
             refused.append(f"{where} of {dataset_path(dataset).name}: {' '.join(text.split())[:300]}")
@@ -181,9 +183,7 @@ def read_crude(
                 ):
                     break
         except Exception as error:  # e.g. FatalSampleError after 100 refused samples in a row
-            refused.append(
-                f"reading {dataset_path(dataset).name} stopped: {type(error).__name__}: {str(error)[:300]}"
-            )
+            refused.append(f"reading {dataset_path(dataset).name} stopped: {describe_error(error, 300)}")
     return samples
 
 
@@ -371,7 +371,7 @@ def refined(inferred: Schema, schema: Schema, schema_file: str, dataset: str | o
         except Exception as error:
             raise ValueError(
                 f"{where}: member {member!r} of the dataset's first sample does not read as the schema's "
-                f"{spec.kind} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); describe what the "
+                f"{spec.kind} ({describe_error(error, 200)}); describe what the "
                 "member holds"
             ) from None
     missing_required = [m for m in schema.required if m not in inferred.members]

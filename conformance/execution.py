@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ from primus_energon.energon_compat import (
 )
 from primus_energon.storage import dataset_path
 
+from .rendering import error_text
 from .results import Inconclusive, PropertyFailure, PropertySkipped
 from .target import Target
 
@@ -50,8 +53,8 @@ class TargetError(Exception):
     def __init__(self, what: str, error: BaseException) -> None:
         self.what = what
         self.error = error
-        text = " ".join(str(error).split())
-        self.message = f"{what} raised {type(error).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
+        text = error_text(error, 400)
+        self.message = f"{what} raised {type(error).__name__}: {text}"
         self.message += _version_hint(text)
         super().__init__(self.message)
 
@@ -76,13 +79,40 @@ def _version_hint(text: str) -> str:
 
 @contextlib.contextmanager
 def target_call(what: str) -> Iterator[None]:
-    """Turn any exception raised inside into a :class:`TargetError` saying ``what`` was being done."""
+    """Turn any exception raised inside into a :class:`TargetError` saying ``what`` was being done. A
+    real-time alarm (``signal.alarm``, ``setitimer``) the call armed and left armed is disarmed, its
+    handler put back, and reported as the target's: it would fire later in the training loop."""
+    armed_before = _alarm_armed()
+    handler = signal.getsignal(signal.SIGALRM) if _main_thread() else None
     try:
         yield
     except (TargetError, StopIteration, PropertyFailure, PropertySkipped, Inconclusive):
         raise
     except Exception as error:
         raise TargetError(what, error) from error
+    finally:
+        left = 0.0 if armed_before else _alarm_armed()
+    if left:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if handler is not None:
+            signal.signal(signal.SIGALRM, handler)
+        raise TargetError(
+            what,
+            RuntimeError(
+                f"it left a real-time alarm armed (signal.alarm / setitimer, {left:.1f} s to go): in training it "
+                "fires later, in whatever runs then (a TimeoutError from its handler, or the process killed by "
+                "SIGALRM); cancel it (signal.alarm(0)) before returning, also when the work ends early"
+            ),
+        )
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _alarm_armed() -> float:
+    """Seconds until the process's real-time alarm fires (0: none armed)."""
+    return signal.getitimer(signal.ITIMER_REAL)[0] if hasattr(signal, "getitimer") else 0.0
 
 
 def take(loader: Any, count: int, *, what: str) -> list[Any]:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .rendering import safe_repr
+
 __all__ = ["array_tensor", "fingerprint", "first_difference", "digest", "tensor_bytes"]
 
 
@@ -47,8 +49,14 @@ def _tensor(value: torch.Tensor) -> tuple:
     return ("tensor", str(value.dtype), tuple(value.shape), hashlib.sha256(data).hexdigest()[:24])
 
 
-def fingerprint(value: Any) -> Any:
-    """A hashable, comparable description of ``value`` (see the module docstring)."""
+#: nesting deeper than this is described by its type alone (a target's value may nest without end)
+MAX_DEPTH = 64
+
+
+def fingerprint(value: Any, _active: frozenset[int] = frozenset(), _depth: int = 0) -> Any:
+    """A hashable, comparable description of ``value`` (see the module docstring). A container that holds
+    itself, or nesting past :data:`MAX_DEPTH`, is described by its type; no ``repr`` or ``str`` of a
+    target's object can make it raise."""
     if isinstance(value, torch.Tensor):
         return _tensor(value)
     if isinstance(value, np.ndarray):
@@ -58,16 +66,30 @@ def fingerprint(value: Any) -> Any:
         return ("image", value.mode, value.size, hashlib.sha256(value.tobytes()).hexdigest()[:24])
     if isinstance(value, (str, int, float, bool, bytes, type(None))):
         return value
+    if id(value) in _active:
+        return ("cycle", type(value).__qualname__)
+    if _depth >= MAX_DEPTH:
+        return ("too deep", type(value).__qualname__)
+    active, depth = _active | {id(value)}, _depth + 1
     if isinstance(value, Mapping):
-        return ("dict", tuple((str(k), fingerprint(v)) for k, v in value.items()))
+        return (
+            "dict",
+            tuple(
+                (k if isinstance(k, str) else safe_repr(k, 80), fingerprint(v, active, depth))
+                for k, v in value.items()
+            ),
+        )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (
             type(value).__name__,
-            tuple((f.name, fingerprint(getattr(value, f.name))) for f in dataclasses.fields(value)),
+            tuple(
+                (f.name, fingerprint(getattr(value, f.name), active, depth))
+                for f in dataclasses.fields(value)
+            ),
         )
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(fingerprint(v) for v in value))
-    return ("object", type(value).__qualname__, repr(value)[:200])
+        return (type(value).__name__, tuple(fingerprint(v, active, depth) for v in value))
+    return ("object", type(value).__qualname__, safe_repr(value, 200))
 
 
 def digest(value: Any) -> str:

@@ -37,6 +37,8 @@ import torch
 from primus_energon.datasets.preparation import prepare_shards, write_dataset_yaml
 from primus_energon.energon_compat import key_in_shard
 
+from .rendering import describe_error
+
 __all__ = [
     "EXTRA_MEMBERS",
     "PROBE_DIR_VARIABLE",
@@ -227,7 +229,7 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
     def record(error: Exception, sample: Any, sources: Any) -> None:
         refused[0] += 1
         if len(errors) < 32:
-            errors.append(f"{type(error).__name__}: {str(error)[:200]}")
+            errors.append(f"{describe_error(error, 200)}")
 
     config = worker_config(rank=0, world_size=1, num_workers=0, error_handler=record)
     batches = 0
@@ -245,7 +247,7 @@ def load_everything(target: Any, dataset: str | os.PathLike, *, limit: int = 64)
                 if batches >= limit:
                     break
         except Exception as error:  # the target cannot load the probe at all: the markers still tell
-            stopped = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            stopped = f"{describe_error(error, 300)}"
     return {"batches": batches, "errors": errors, "reached": batches + refused[0], "stopped": stopped}
 
 

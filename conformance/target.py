@@ -33,6 +33,7 @@ from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.decoding import SafeSampleDecoder
 
+from .rendering import describe_error
 from .specs import check_literal_kwargs, format_spec, parse_spec, short_name
 
 __all__ = ["Target", "resolve_target", "load_object", "HarnessTaskEncoder", "InputForm"]
@@ -319,7 +320,7 @@ def _is_factory(obj: Any) -> bool:
 
 
 def _failure(error: Exception) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    return f"{describe_error(error)}"
 
 
 def _call_factory(obj: Any, args: Mapping[str, Any], called: str) -> Any:

@@ -23,6 +23,7 @@ from ..execution import (
     take,
     worker_context,
 )
+from ..rendering import describe_error
 from ._common import TimedOut, call_with_timeout, fail
 
 CLAIMS = claims_of(
@@ -172,7 +173,7 @@ def _complete_epoch(ctx: CheckContext, claim, cooked_by_dataset: dict) -> dict[s
         if isinstance(error, SKIP_SAMPLE_TYPES):
             cause = f"{stage}: SkipSample"
         else:
-            cause = f"{stage}: {type(error).__name__}: {' '.join(str(error).split())[:160]}"
+            cause = f"{stage}: {describe_error(error, 160)}"
         skipped[cause] += len(keys)
         examples.setdefault(cause, []).extend(keys)
 
@@ -244,13 +245,13 @@ def _next_blocker(ctx: CheckContext, paths: list) -> str | None:
             try:
                 cooked += encode(task_encoder, output, seed=ctx.seed, sample_index=index)
             except Exception as error:
-                return f"the next blocker is: encode_sample of {key!r} raises {type(error).__name__}: {str(error)[:200]}"
+                return f"the next blocker is: encode_sample of {key!r} raises {describe_error(error, 200)}"
         if len(cooked) >= 2:
             try:
                 with worker_context(ctx.seed, 0):
                     task_encoder.batch(cooked[:2])
             except Exception as error:
-                return f"the next blocker is: batch() of 2 clean samples raises {type(error).__name__}: {str(error)[:200]}"
+                return f"the next blocker is: batch() of 2 clean samples raises {describe_error(error, 200)}"
     return None
 
 

@@ -31,6 +31,7 @@ from ..execution import TargetError, encode, matching_cooker, target_call, worke
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..payloads import KEY, SampleTrace, Trace, required_by, trace
+from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
 from ._common import MISSING, error_names_sample, fail, field_names, get_field
 
@@ -361,7 +362,7 @@ def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
                 batch = task_encoder.batch(list(samples))
         except Exception as error:
             raised.append(
-                f"batch() of {label} raised {type(error).__name__}: {' '.join(str(error).split())[:240]}; a blend "
+                f"batch() of {label} raised {describe_error(error, 240)}; a blend "
                 "of these datasets stops training at its first mixed batch"
             )
             continue

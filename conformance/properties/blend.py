@@ -54,6 +54,7 @@ from ..context import CheckContext
 from ..data import infer_schema, metadataset_leaves
 from ..execution import build_loader, closing, target_call
 from ..recording import instrument, read_records
+from ..rendering import describe_error
 from ..stats import chi_square_test, cohen_w, required_n
 from ._common import MISSING, fail, get_field
 
@@ -505,7 +506,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         duplicate = {
             "identical_streams": False,
             "compared": 0,
-            "note": f"not measured: {type(error).__name__}: {error}",
+            "note": f"not measured: {describe_error(error)}",
         }
     summary = "; ".join(
         f"weights {b['weights']}: N={b['n']}, p={b['p_value']:.3g}, fractions {b['fractions']} "

@@ -31,6 +31,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, matching_cooker
 from ..recording import instrument, read_records
+from ..rendering import describe_error, error_text
 from ..results import PropertySkipped
 
 __all__ = ["check", "shadowed_cookers", "describe_cooker"]
@@ -108,7 +109,7 @@ def _vocabulary(cookers: list[Cooker]) -> tuple[list[str], list[Any]]:
 
 
 def _error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error)[:300]}"
+    return f"{describe_error(error, 300)}"
 
 
 def _run(
@@ -150,7 +151,7 @@ def _run(
                 f"{case}: building the loader raised {_error_text(error)}, but "
                 f"{describe_cooker(cookers, expected)} matches (first match in cooker order)"
             )
-        if not any(word in str(error).lower() for word in ("cooker", "subflavor")):
+        if not any(word in error_text(error).lower() for word in ("cooker", "subflavor")):
             return claim, (
                 f"{case}: no cooker matches, and building the loader raised an unclear error "
                 f"({_error_text(error)}); expected one that says no cooker matches these subflavors"

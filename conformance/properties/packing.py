@@ -27,6 +27,7 @@ from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..payloads import Trace, required_by, trace
+from ..rendering import describe_error
 from ._common import fail, get_field
 from .batch import padding_problems
 
@@ -158,9 +159,7 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
         try:
             pack = original(samples)
         except Exception as error:  # Energon logs and skips it; the verdict needs the cause
-            record.error = record.error or (
-                f"pack_selected_samples raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-            )
+            record.error = record.error or (f"pack_selected_samples raised {describe_error(error, 300)}")
             raise
         record.packed.append(keys)
         result = trace(samples, pack, keys)
@@ -180,7 +179,7 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
             result = original_batch(packs)
         except Exception as error:
             record.error = record.error or (
-                f"batch() of {len(packs)} packs raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                f"batch() of {len(packs)} packs raised {describe_error(error, 300)}"
             )
             raise
         # the samples of the batch are the packs' samples: each must keep in the batch what its pack held

@@ -32,6 +32,7 @@ from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
+from ..rendering import describe_error
 from ._common import MISSING, batch_keys, fail, get_field
 
 __all__ = ["check", "CLAIMS", "BATCH_SIZE", "NUM_SAMPLES", "CONTINUATION"]
@@ -257,7 +258,7 @@ def _check_restore_sample(
             except Exception as error:
                 fail(
                     f"loader.restore_sample(<__restore_key__ of batch {index}>) "
-                    f"(num_workers={ref.num_workers}) raised {type(error).__name__}: {str(error)[:300]}, "
+                    f"(num_workers={ref.num_workers}) raised {describe_error(error, 300)}, "
                     f"instead of rebuilding batch {index}{shown}. Mark every method that Energon re-runs "
                     "(cook functions, encode_sample, batch, encode_batch) @stateless, and keep them "
                     "deterministic"
