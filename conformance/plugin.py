@@ -504,6 +504,10 @@ def _add_junit_inconclusive(properties: list[tuple[str, object]]) -> None:
                     properties.append((JUNIT_INCONCLUSIVE, f"{c['id']}: {_one_line(c.get('message', ''))}"))
 
 
+#: advice lines shown per claim after a run (all of them are in report.json)
+ADVICE_LINES = 8
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(str(text or "").split())
     return flat[:limit] + ("..." if len(flat) > limit else "")
@@ -538,8 +542,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "advice (failures with --conformance-strict)" if strict else "advice (reported, not failures)",
         )
         for target, c in advice:
-            first = c["message"].splitlines()[0] if c["message"] else ""
-            terminalreporter.write_line(f"{short_name(target)}: {c['id']}: {first[:240]}")
+            # Every line of the advice (one per case, up to ADVICE_LINES), each cut to one terminal line.
+            lines = (c["message"] or "").splitlines() or [""]
+            terminalreporter.write_line(f"{short_name(target)}: {c['id']}: {_one_line(lines[0], 240)}")
+            for line in lines[1:ADVICE_LINES]:
+                terminalreporter.write_line(f"    {_one_line(line, 240)}")
+            if len(lines) > ADVICE_LINES:
+                terminalreporter.write_line(f"    ... and {len(lines) - ADVICE_LINES} more (report.json)")
             if c.get("fix"):
                 terminalreporter.write_line(f"    fix: {c['fix']}")
     inconclusive = [(target, c) for target, c in claims if c["verdict"] == "inconclusive"]

@@ -140,7 +140,9 @@ def write_reports(
             "",
         ]
         lines += [
-            f"- **{a['claim']}** on `{a['target']}`: {_cell(a['message'], 300)} Fix: {a['fix']}"
+            f"- **{a['claim']}** on `{a['target']}`: "
+            + " ".join(_cell(line, 300) for line in (a["message"] or "").splitlines()[:8])
+            + f" Fix: {a['fix']}"
             for a in advice
         ]
         lines.append("")

@@ -31,11 +31,13 @@ one process at world size 1), so all four overlap the properties checked before 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shutil
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +87,16 @@ CLAIMS = claims_of(
         "num_workers",
         "a state restored with another worker count is refused loudly or continues exactly",
         Harm.RESUME,
-        "save num_workers beside the loader state and refuse another one with a message that names it",
+        "save num_workers beside the loader state and refuse another one with a message that names it; where "
+        "Energon refuses it (an AssertionError), let the error through instead of starting the data over",
     ),
     (
         "micro_batch_size",
         "a state restored with another micro batch size is refused loudly or continues exactly",
         Harm.RESUME,
         "save the micro batch size beside the loader state and refuse another one, or allow only a divisor "
-        "with workers (Energon scales the positions)",
+        "with workers (Energon scales the positions); where Energon refuses it, let the error through instead "
+        "of starting the data over",
     ),
     (
         "shards",
@@ -357,11 +361,14 @@ def _some(keys: list[str], limit: int = 6) -> str:
 
 
 def _refusal(results: dict[int, dict[str, Any]], name: str) -> dict[str, Any] | None:
-    for rank in sorted(results):
-        outcome = results[rank].get(name) or {}
-        if outcome.get("refused"):
-            return {"rank": rank, **outcome["refused"]}
-    return None
+    """The refusal of a scenario that says most: one with a message of its own on any rank, else the first."""
+    found = [
+        {"rank": rank, **outcome["refused"]}
+        for rank in sorted(results)
+        if (outcome := results[rank].get(name) or {}).get("refused")
+    ]
+    named = [r for r in found if r["type"] not in _UNNAMED and r["message"].strip()]
+    return (named or found or [None])[0]
 
 
 _UNNAMED = ("AssertionError", "IndexError", "KeyError", "AttributeError", "TypeError")
@@ -407,7 +414,7 @@ def _judge_unchanged(
                     f"rank {rank}: restored in a fresh process, the loader started from the beginning (its first "
                     f"batches are the run's first batches, keys {want.get('keys') and got.get('keys')}): the state "
                     f"saved after {len(save['before'])} batches ({empty}) carries no position, or the restore "
-                    "ignored it"
+                    f"ignored it{_said(save.get('said') or []) or _said(outcome.get('said'))}"
                 )
                 break
             if want.get("keys") and got.get("keys") and want["keys"] != got["keys"]:
@@ -536,12 +543,18 @@ def _judge_changed(
         return
     soon = set(tail)
     still = [k for k in missing if k not in soon]
+    said = [
+        line
+        for rank in sorted(restored)
+        for line in (restored[rank].get(scenario.name) or {}).get("said") or []
+    ]
     claim.problem(
-        f"{scenario.what}: the restore was accepted silently, and over the epoch ({len(expected)} samples: "
+        f"{scenario.what}: the restore raised no error, and over the epoch ({len(expected)} samples: "
         f"{len(before)} delivered before the save, {need} due after) {extra} sample(s) came twice "
         f"({_some(repeated) or '-'}) and {len(missing)} never came ({_some(missing) or '-'})"
         + (f", {len(still)} of them not in the next step either" if missing else "")
         + ". The training run silently sees some data twice and misses other data"
+        + _said(said)
     )
 
 
@@ -641,6 +654,33 @@ def _safe_text(error: BaseException, limit: int = 300) -> str:
     if len(lines) > 2:
         lines = [lines[0], "...", lines[-1]]
     return " ".join(" ".join(lines).split())[:limit]
+
+
+@contextlib.contextmanager
+def _captured(limit: int = 4) -> Iterator[list[str]]:
+    """What the target prints or logs (warnings and up) while saving or restoring: its last ``limit``
+    lines, so that a restore that quietly failed ("loading dataset state failed. Skipping.") is named."""
+    import io
+    import logging
+
+    lines: list[str] = []
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+            yield lines
+    finally:
+        root.removeHandler(handler)
+        said = [" ".join(line.split()) for line in stream.getvalue().splitlines() if line.strip()]
+        lines[:] = [line[:200] for line in said[-limit:]]
+
+
+def _said(lines: list[str] | None) -> str:
+    """``"; it wrote: '...' | '...'"`` for the target's last lines, or ""."""
+    return "; it wrote: " + " | ".join(repr(line) for line in lines) if lines else ""
 
 
 class _Subject:
@@ -759,13 +799,15 @@ def _save_phase(
                 for _ in range(SAVE_AT[world]):
                     record["before"].append(_batch_record(subject.next(), True))
                 try:
-                    state = subject.save(Path(plan["states"]) / f"{name}-w{world}", rank)
+                    with _captured() as said:
+                        state = subject.save(Path(plan["states"]) / f"{name}-w{world}", rank)
                 except Exception as error:
                     record["error"] = f"{type(error).__name__}: {_safe_text(error)}"
                 else:
                     record["state_is_none"] = state is None and not hooks
                     record["state_type"] = type(state).__name__
                     record["hooks"] = bool(hooks)
+                record["said"] = said
                 for _ in range(CONTINUATION):
                     record["continuation"].append(_batch_record(subject.next(), True))
             finally:
@@ -816,7 +858,8 @@ def _restore_phase(
             with closing(loader):
                 subject = _Subject(target, loader, hooks)
                 try:
-                    subject.restore(Path(plan["states"]) / f"{name}-w{scenario.saved_world}", rank)
+                    with _captured() as outcome["said"]:
+                        subject.restore(Path(plan["states"]) / f"{name}-w{scenario.saved_world}", rank)
                 except Exception as error:
                     outcome["refused"] = _failure(error, "the restore")
                 else:
