@@ -38,12 +38,11 @@ import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Literal
 
 from .rendering import describe_error
-from .results import Inconclusive, PropertyFailure, PropertySkipped
+from .results import ClaimResult, ClaimVerdict, Inconclusive, PropertyFailure, PropertySkipped, TargetError
 
 __all__ = [
     "Harm",
@@ -53,8 +52,6 @@ __all__ = [
     "ClaimRecorder",
     "ClaimVerdict",
 ]
-
-ClaimVerdict = Literal["pass", "fail", "advice", "skip", "xfail", "error", "inconclusive"]
 
 
 class Harm(IntEnum):
@@ -107,27 +104,6 @@ def claims_of(property_id: str, *specs: tuple) -> tuple[Claim, ...]:
         options = rest[1] if len(rest) > 1 else {}
         out.append(Claim(property_id, name, title, harm, fix, **options))
     return tuple(out)
-
-
-@dataclass
-class ClaimResult:
-    """One claim's outcome for one target."""
-
-    id: str
-    title: str
-    harm: str
-    verdict: ClaimVerdict
-    message: str = ""
-    fix: str = ""
-    examined: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict in ("pass", "skip", "xfail", "advice", "inconclusive")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -237,8 +213,6 @@ class ClaimRecorder:
         except Inconclusive as inconclusive:
             check.inconclusive(inconclusive.reason)
         except Exception as error:
-            from .execution import TargetError  # a cycle otherwise (execution uses results, not claims)
-
             origin = None if isinstance(error, TargetError) else _target_origin(error)
             if isinstance(error, TargetError):
                 check.problem(error.message)

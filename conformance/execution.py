@@ -29,8 +29,7 @@ from primus_energon.energon_compat import (
 )
 from primus_energon.storage import dataset_path
 
-from .rendering import error_text
-from .results import Inconclusive, PropertyFailure, PropertySkipped
+from .results import Inconclusive, PropertyFailure, PropertySkipped, TargetError
 from .target import Target
 
 __all__ = [
@@ -44,37 +43,6 @@ __all__ = [
     "closing",
     "matching_cooker",
 ]
-
-
-class TargetError(Exception):
-    """The target raised while the suite ran it on clean, benign data: a failure of the target (a sample
-    it cannot cook is a sample Energon skips), reported on the claim being checked, never as a crash."""
-
-    def __init__(self, what: str, error: BaseException) -> None:
-        self.what = what
-        self.error = error
-        text = error_text(error, 400)
-        self.message = f"{what} raised {type(error).__name__}: {text}"
-        self.message += _version_hint(text)
-        super().__init__(self.message)
-
-
-#: what an error text means when it comes from code written for an earlier Energon
-_VERSION_HINTS = (
-    (
-        "__subflavor__",
-        " (`Sample` has no `__subflavor__` since Energon 7.0: use `__subflavors__`, a dict, e.g. "
-        "**basic_sample_keys(sample))",
-    ),
-    (
-        "Cooker must be stateless",
-        " (since Energon 7.0 a cook function must be @stateless)",
-    ),
-)
-
-
-def _version_hint(text: str) -> str:
-    return next((hint for needle, hint in _VERSION_HINTS if needle in text), "")
 
 
 @contextlib.contextmanager

@@ -30,7 +30,18 @@ import torch
 
 from .fingerprint import array_tensor, tensor_bytes
 
-__all__ = ["Payload", "Place", "Haystack", "payloads", "Trace", "trace", "required_by", "identity", "KEY"]
+__all__ = [
+    "Payload",
+    "Place",
+    "Haystack",
+    "payloads",
+    "Trace",
+    "trace",
+    "required_by",
+    "identity",
+    "padding_problems",
+    "KEY",
+]
 
 #: The payload path of a sample's ``__key__``: not data, but it shows whether the output keeps each key
 #: beside its sample's data (see :meth:`Trace.mixed`).
@@ -653,3 +664,26 @@ def _key_of(sample: Any, index: int) -> str:
     else:
         key = getattr(sample, "__key__", None)
     return str(key) if key is not None else f"#{index}"
+
+
+def padding_problems(result: Trace) -> list[str]:
+    """Payloads that sit in padded rows with no length or mask beside them in the output."""
+    covered: dict[tuple[str, int | None], int] = {}
+    for sample in result.samples:
+        for path, places in sample.places.items():
+            if path != KEY and len(places) == 1 and places[0].length:
+                slot = (places[0].path, places[0].row)
+                covered[slot] = covered.get(slot, 0) + places[0].length
+    problems = []
+    for sample in result.samples:
+        for path, places in sample.places.items():
+            if (
+                places
+                and all(p.padded for p in places)
+                and not any(result.haystack.lengths_known(p, covered.get((p.path, p.row))) for p in places)
+            ):
+                problems.append(
+                    f"sample {sample.key!r}'s {path!r} sits in a padded row ({places[0]}) and the batch carries "
+                    "no length or mask for it: the padding becomes training data the sample never had"
+                )
+    return problems

@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from .claims import ClaimResult
+from .rendering import error_text
 
-__all__ = ["Verdict", "PropertyResult", "PropertyFailure", "PropertySkipped", "Inconclusive"]
+__all__ = [
+    "Verdict",
+    "ClaimVerdict",
+    "ClaimResult",
+    "PropertyResult",
+    "PropertyFailure",
+    "PropertySkipped",
+    "Inconclusive",
+    "TargetError",
+]
 
 Verdict = Literal["pass", "fail", "skip", "xfail", "error", "inconclusive"]
+ClaimVerdict = Literal["pass", "fail", "advice", "skip", "xfail", "error", "inconclusive"]
+
+
+@dataclass
+class ClaimResult:
+    """One claim's outcome for one target."""
+
+    id: str
+    title: str
+    harm: str
+    verdict: ClaimVerdict
+    message: str = ""
+    fix: str = ""
+    examined: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("pass", "skip", "xfail", "advice", "inconclusive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class PropertyFailure(AssertionError):
@@ -94,3 +124,34 @@ class PropertyResult:
         out = asdict(self)
         out["claims"] = [c.to_dict() for c in self.claims]
         return out
+
+
+class TargetError(Exception):
+    """The target raised while the suite ran it on clean, benign data: a failure of the target (a sample
+    it cannot cook is a sample Energon skips), reported on the claim being checked, never as a crash."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        self.what = what
+        self.error = error
+        text = error_text(error, 400)
+        self.message = f"{what} raised {type(error).__name__}: {text}"
+        self.message += _version_hint(text)
+        super().__init__(self.message)
+
+
+#: what an error text means when it comes from code written for an earlier Energon
+_VERSION_HINTS = (
+    (
+        "__subflavor__",
+        " (`Sample` has no `__subflavor__` since Energon 7.0: use `__subflavors__`, a dict, e.g. "
+        "**basic_sample_keys(sample))",
+    ),
+    (
+        "Cooker must be stateless",
+        " (since Energon 7.0 a cook function must be @stateless)",
+    ),
+)
+
+
+def _version_hint(text: str) -> str:
+    return next((hint for needle, hint in _VERSION_HINTS if needle in text), "")

@@ -315,6 +315,38 @@ MUTANTS: tuple[Mutant, ...] = (
         ("fidelity/tensors",),
     ),
     Mutant(
+        "encode_batch_reorders_captions",
+        "later_stage",
+        "an encode_batch reverses the captions and keys of each batch and leaves the tensors in place",
+        TASK_ENCODERS,
+        (
+            Edit(
+                "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n",
+                "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n"
+                "\n    @stateless\n    def encode_batch(self, batch):\n"
+                '        return {**batch, "caption": batch["caption"][::-1], "__key__": batch["__key__"][::-1]}\n',
+            ),
+        ),
+        _ENC,
+        ("batch/delivered",),
+    ),
+    Mutant(
+        "postencode_casts_half",
+        "later_stage",
+        "a postencode_sample casts the latents to float16",
+        TASK_ENCODERS,
+        (
+            Edit(
+                "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n",
+                "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n"
+                "\n    @stateless\n    def postencode_sample(self, sample):\n"
+                "        sample.latents = sample.latents.half()\n        return sample\n",
+            ),
+        ),
+        _ENC,
+        ("batch/delivered",),
+    ),
+    Mutant(
         "batch_cast_half",
         "cast_tensor",
         "stack_field casts every stacked batch tensor to float16",

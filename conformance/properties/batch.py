@@ -30,10 +30,12 @@ from ..context import CheckContext
 from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
-from ..payloads import KEY, SampleTrace, Trace, required_by, trace
+from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
+from ..pipeline import assign, cast_payloads, delivered_batches, first_stage_samples
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
-from ._common import MISSING, error_names_sample, fail, field_names, get_field
+from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
+from .packing import packing_configured, packs
 
 CLAIMS = claims_of(
     "batch",
@@ -43,6 +45,16 @@ CLAIMS = claims_of(
         "no sample is dropped, duplicated or reordered",
         Harm.DATA,
         "torch.stack the samples' fields in the order batch() receives them",
+    ),
+    (
+        "delivered",
+        "what the real loader hands the training loop (every stage Energon runs after the first encode stage: "
+        "postencode_sample, batch(), encode_batch; 0 and 2 workers) holds every sample's payloads unchanged, "
+        "each with its own sample: none lost, cast, duplicated or mixed with another sample's",
+        Harm.DATA,
+        "keep every field's rows together in every stage after encode_sample (reorder whole rows, not one "
+        "field) and change no payload's dtype or values there; a deliberate change belongs in the cooker or "
+        "encode_sample, where it is one sample's",
     ),
     (
         "mismatched_shapes",
@@ -161,43 +173,45 @@ def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str 
             "every tensor and text of the samples is lost or transformed beyond recognition"
         )
     by_key = {s.key: s for s in result.samples}
-    problems = [
-        f"sample {key!r}: {why}{_where(by_key[key])}" for key, _path, why in result.lost(required, keys=True)
-    ]
+    lost: dict[str, list[tuple[str, str]]] = {}
+    for key, path, why in result.lost(required, keys=True):
+        lost.setdefault(key, []).append((path, why))
+    problems = []
+    for key, entries in lost.items():
+        if len(entries) == 1:
+            problems.append(f"sample {key!r}: {entries[0][1]}{_where(by_key[key])}")
+        else:  # one line per sample: the fields it lost, then where its other payloads went
+            fields = ", ".join(repr(path) for path, _ in entries)
+            problems.append(f"sample {key!r}: its {fields} are not in the output{_where(by_key[key])}")
+    duplicated: dict[str, list[tuple[str, list[Any]]]] = {}
+    for key, path, places in result.duplicated():
+        duplicated.setdefault(key, []).append((path, places))
     problems += [
-        f"sample {key!r}'s {path!r} occurs more often than it was given ({', '.join(map(str, places[:4]))}): a "
-        "sample is duplicated"
-        for key, path, places in result.duplicated()
+        f"sample {key!r}: its {', '.join(repr(path) for path, _ in entries)} occur more often than given "
+        f"({', '.join(map(str, entries[0][1][:4]))}): a sample is duplicated"
+        for key, entries in duplicated.items()
     ]
     problems += result.mixed()
     problems += padding_problems(result)
     if problems:
+        headline = _kept_subset(result)
         shown = problems[:6] + ([f"... and {len(problems) - 6} more"] if len(problems) > 6 else [])
-        fail(f"batch() of {_count(len(samples))} {keys}{note}: " + "; ".join(shown))
+        fail(f"batch() of {_count(len(samples))} {keys}{note}: {headline}" + "; ".join(shown))
     return result
 
 
-def padding_problems(result: Trace) -> list[str]:
-    """Payloads that sit in padded rows with no length or mask beside them in the output."""
-    covered: dict[tuple[str, int | None], int] = {}
-    for sample in result.samples:
-        for path, places in sample.places.items():
-            if path != KEY and len(places) == 1 and places[0].length:
-                slot = (places[0].path, places[0].row)
-                covered[slot] = covered.get(slot, 0) + places[0].length
-    problems = []
-    for sample in result.samples:
-        for path, places in sample.places.items():
-            if (
-                places
-                and all(p.padded for p in places)
-                and not any(result.haystack.lengths_known(p, covered.get((p.path, p.row))) for p in places)
-            ):
-                problems.append(
-                    f"sample {sample.key!r}'s {path!r} sits in a padded row ({places[0]}) and the batch carries "
-                    "no length or mask for it: the padding becomes training data the sample never had"
-                )
-    return problems
+def _kept_subset(result: Trace) -> str:
+    """One sentence first when the output holds the data of only some of the samples (the root cause of
+    the per-sample lines after it), else ""."""
+    kept = [s.key for s in result.samples if any(places for path, places in s.places.items() if path != KEY)]
+    gone = [s.key for s in result.samples if s.key not in kept]
+    if not kept or not gone:
+        return ""
+    shown = ", ".join(repr(k) for k in kept[:4]) + (" ..." if len(kept) > 4 else "")
+    return (
+        f"it returned the data of {len(kept)} ({shown}); the payloads of the other {len(gone)} are not in the "
+        "output. In detail: "
+    )
 
 
 def _count(n: int) -> str:
@@ -237,7 +251,6 @@ def _advice(result: Trace, keys: list[str], required: Any) -> list[tuple[str, st
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     task_encoder = ctx.target.make_task_encoder()
-    from .packing import packing_configured, packs  # packing imports this module's padding check
 
     if packing_configured(ctx.target, task_encoder):
         # Energon hands such a TaskEncoder's batch() packs only: unpacked samples are no input it ever gets.
@@ -284,6 +297,10 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         else:
             claims.not_applicable("order", "blocked by batch/rows")
             claims.not_applicable("unmatched", "blocked by batch/rows")
+        if stats["batches"] and not claims.failed("rows"):
+            stats["delivered"] = _delivered(ctx, claims, encoding, required)
+        else:
+            claims.not_applicable("delivered", "blocked by batch/rows: batch() itself loses or mixes samples")
         with claims.claim("inputs_unchanged") as claim:
             _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
         _mismatched_shapes(ctx, claims, task_encoder, encoding)
@@ -305,6 +322,112 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 for problem in mixed["lost"]:
                     claim.problem(problem)
     return stats
+
+
+#: batches of each delivering loader that are traced
+DELIVERED_BATCHES = 6
+DELIVERED_BATCH_SIZE = 4
+
+
+def _delivered(
+    ctx: CheckContext, claims: ClaimRecorder, encoding: str | None, required: Any
+) -> dict[str, Any]:
+    """The ``delivered`` claim: the real loader's batches traced to the samples as the first encode stage
+    left them; for a batch that loses, casts, duplicates or mixes payloads, the stages are re-run on their
+    own on the same samples to say which one does it."""
+    details: dict[str, Any] = {}
+    with claims.claim("delivered") as claim:
+        task_encoder = ctx.target.make_task_encoder()
+        path = ctx.main_dataset(encoding)
+        given = first_stage_samples(task_encoder, ctx.crude(path), ctx.seed)
+        if given is None:
+            raise PropertySkipped("the first encode stage yields several samples (or none) per input")
+        keys = _keys(given)
+        candidates = dict(zip(keys, given, strict=True))
+        counts = (0,) if ctx.profile.name == "quick" else (0, 2)
+        for num_workers in counts:
+            delivered = delivered_batches(
+                ctx,
+                path,
+                num_workers=num_workers,
+                batch_size=DELIVERED_BATCH_SIZE,
+                max_batches=DELIVERED_BATCHES,
+            )
+            details[f"num_workers={num_workers}"] = f"{len(delivered.batches)} batches traced"
+            for index, batch in enumerate(delivered.batches):
+                held = assign(batch, batch_keys(batch), candidates)
+                claim.examined()
+                if not held:
+                    claim.problem(
+                        f"{delivered.where}, batch {index}: holds none of the samples' payloads (batch fields "
+                        f"{field_names(batch)}): every tensor and text is lost or changed beyond recognition"
+                    )
+                    break
+                problems = _delivered_problems(batch, [candidates[k] for k in held], held, required)
+                if problems:
+                    stage = _stage_at_fault(
+                        task_encoder, [candidates[k] for k in held], held, required, ctx.seed
+                    )
+                    claim.problem(
+                        f"{delivered.where}, batch {index} {held}: {stage}: " + "; ".join(problems[:4])
+                    )
+                    return details  # one root cause once: the next batch, or loader, would say the same
+    return details
+
+
+def _delivered_problems(output: Any, samples: list[Any], keys: list[str], required: Any) -> list[str]:
+    """What ``output`` does wrong with ``samples`` (first-stage samples): payloads cast to another dtype,
+    lost (a field the output carries for other samples but not for this one), duplicated, mixed up, padded
+    without a length. A field changed for every sample alike (a normalisation in batch(), a scale factor in
+    encode_batch) is a transform, not a loss: ``required`` is not asked here."""
+    result = trace(samples, output, keys)
+    lost = result.lost(None, keys=True)
+    missing = [(s.key, path, "") for s in result.samples for path in s.missing() if path != KEY]
+    casts = cast_payloads(result, missing)
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for (key, path), cast in casts.items():
+        grouped.setdefault((path, cast), []).append(key)
+    problems = [
+        f"the {path!r} of {len(group)} sample(s) ({', '.join(map(repr, group[:4]))}) reached the batch cast "
+        f"{cast}: every value changed, silently"
+        for (path, cast), group in grouped.items()
+    ]
+    problems += [f"sample {key!r}: {why}" for key, path, why in lost if (key, path) not in casts]
+    problems += [
+        f"sample {key!r}: its {path!r} occurs more often than it was given: a sample is duplicated"
+        for key, path, _places in result.duplicated()
+    ]
+    problems += result.mixed()
+    problems += padding_problems(result)
+    return problems
+
+
+def _stage_at_fault(
+    task_encoder: TaskEncoder, samples: list[Any], keys: list[str], required: Any, seed: int
+) -> str:
+    """Which stage changes the samples, found by running each stage after the first encode stage on its
+    own on copies of the same samples (postencode_sample, then batch(), then encode_batch)."""
+    overridden = task_encoder._is_overridden
+    current = copy.deepcopy(samples)
+    try:
+        with worker_context(seed, 0):
+            if overridden(task_encoder.postencode_sample):
+                current = [task_encoder.postencode_sample(s) for s in current]
+                if any(
+                    _delivered_problems(out, [given], [key], required)
+                    for out, given, key in zip(current, samples, keys, strict=True)
+                ):
+                    return "postencode_sample changes the samples (a stage Energon runs after encode_sample)"
+            batch = task_encoder.batch(current)
+            if _delivered_problems(batch, samples, keys, required):
+                return "batch() does it (called on its own on the same samples)"
+            if overridden(task_encoder.encode_batch):
+                return (
+                    "encode_batch does it (batch() on its own keeps every sample; encode_batch runs after it)"
+                )
+    except Exception as error:  # a stage that fails on its own where the loader ran it: name the loader's run
+        return f"the delivered batch is wrong (running the stages on their own failed: {describe_error(error, 160)})"
+    return "a stage after batch() in Energon's loader does it (batch() on its own keeps every sample)"
 
 
 def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:

@@ -26,10 +26,9 @@ from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
-from ..payloads import Trace, required_by, trace
+from ..payloads import Trace, padding_problems, required_by, trace
 from ..rendering import describe_error
 from ._common import fail, get_field
-from .batch import padding_problems
 
 CLAIMS = claims_of(
     "packing",

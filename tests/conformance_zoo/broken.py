@@ -958,6 +958,20 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "batch/mixed_formats",
         "fail",
     ),
+    "encode_batch sorts the captions and keys but not the tensors": (
+        "task_encoder",
+        "stages_broken:SortsTextInEncodeBatchTaskEncoder",
+        {},
+        "batch/delivered",
+        "fail",
+    ),
+    "postencode_sample casts the latents and embeddings to float16": (
+        "task_encoder",
+        "stages_broken:HalfPrecisionPostencodeTaskEncoder",
+        {},
+        "batch/delivered",
+        "fail",
+    ),
 }
 
 

@@ -379,6 +379,16 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.realistic:PackedTwoFormatTaskEncoder",
         {},
     ),
+    "encode_batch that sorts whole rows by caption length": (
+        "task_encoder",
+        "tests.conformance_zoo.stages_broken:SortsWholeRowsInEncodeBatchTaskEncoder",
+        {},
+    ),
+    "postencode_sample that clones its tensors": (
+        "task_encoder",
+        "tests.conformance_zoo.stages_broken:ClonesInPostencodeTaskEncoder",
+        {},
+    ),
 }
 
 #: The correct targets of the size real projects write (several formats, packing, a decoder of their own),

@@ -1,0 +1,128 @@
+"""What the training loop receives: the target's whole pipeline run by a real Energon loader, and each
+delivered batch traced back, by value, to the samples it came from.
+
+Checks that call one stage of a TaskEncoder on its own (the cook, ``encode_sample``, ``batch()``) cannot see a
+defect in a stage they do not call: an ``encode_batch`` that reorders one field, a ``postencode_sample`` that
+casts the latents to float16. Here Energon builds the loader and runs every stage the TaskEncoder overrides
+(decoder, cookers, ``encode_sample``/``preencode_sample``, ``postencode_sample``, ``batch``,
+``encode_batch``), with and without worker processes, and what comes out is compared with the samples as
+they left the first encode stage (:func:`first_stage_samples`): every payload must be in the delivered batch,
+each with its own sample, unchanged. Calling ``batch()`` on its own then only says which stage is at fault.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from megatron.energon import TaskEncoder
+
+from .context import CheckContext
+from .execution import build_loader, closing, matching_cooker, target_call, worker_context
+from .payloads import KEY, Payload, Trace, trace
+
+__all__ = ["Delivered", "delivered_batches", "first_stage_samples", "assign", "cast_payloads", "FLOAT_DTYPES"]
+
+#: the floating dtypes a stage may cast a payload to (a cast is found by casting the given payload)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass
+class Delivered:
+    """The batches one loader delivered, with how it was configured."""
+
+    num_workers: int
+    batch_size: int
+    batches: list[Any]
+
+    @property
+    def where(self) -> str:
+        return f"the real loader (num_workers={self.num_workers}, batch size {self.batch_size})"
+
+
+def delivered_batches(
+    ctx: CheckContext, path: Path, *, num_workers: int, batch_size: int, max_batches: int
+) -> Delivered:
+    """The first ``max_batches`` batches of the target's own training loader over ``path`` (a dataset or a
+    metadataset; Energon blends weighted datasets only when they repeat), as the training loop receives
+    them (torch's ``default_convert`` included)."""
+    loader = build_loader(ctx.target, path, batch_size=batch_size, num_workers=num_workers, seed=ctx.seed)
+    batches: list[Any] = []
+    with closing(loader):
+        with target_call(f"iterating the target's loader (num_workers={num_workers})"):
+            for batch in loader:
+                batches.append(batch)
+                if len(batches) >= max_batches:
+                    break
+    return Delivered(num_workers, batch_size, batches)
+
+
+def first_stage_samples(task_encoder: TaskEncoder, crude: Sequence[dict], seed: int) -> list[Any] | None:
+    """Each crude sample cooked and run through the first encode stage Energon applies to it
+    (``preencode_sample``, else ``encode_sample``), in a worker context as Energon does; None when a stage
+    yields several samples (or none) for one input, so that samples cannot be told apart by their input.
+    ``postencode_sample`` is left out on purpose: it is one of the stages the delivered batches are judged on."""
+    overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
+    if overridden(task_encoder.preencode_sample):
+        stage = task_encoder.preencode_sample
+    elif overridden(task_encoder.encode_sample):
+        stage = task_encoder.encode_sample
+    else:
+        stage = None
+    out = []
+    cookers = task_encoder.cookers
+    for index, sample in enumerate(crude):
+        cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
+        key = sample.get("__key__")
+        with target_call(f"cooking and encoding the clean sample {key!r}"), worker_context(seed, index):
+            cooked = cooker.cook(copy.deepcopy(sample))
+            result = stage(cooked) if stage is not None else cooked
+            produced = list(result) if hasattr(result, "__next__") else [result]
+        if len(produced) != 1:
+            return None
+        out.append(produced[0])
+    return out
+
+
+def assign(batch: Any, keys: list[str] | None, candidates: dict[str, Any]) -> list[str]:
+    """The keys of the candidate samples ``batch`` holds: its own ``__key__`` list where it has one, else
+    every candidate with a payload found in the batch (found once, not one value throughout)."""
+    if keys:
+        return [k for k in dict.fromkeys(keys) if k in candidates]
+    found = trace(list(candidates.values()), batch, list(candidates))
+    held = []
+    for sample in found.samples:
+        if any(places and path != KEY for path, places in sample.places.items()):
+            held.append(sample.key)
+    return held
+
+
+def cast_payloads(result: Trace, lost: list[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
+    """For each lost tensor payload found in the output once cast to another floating dtype:
+    ``{(key, path): "float32 -> float16 (at LEAF)"}``."""
+    out: dict[tuple[str, str], str] = {}
+    by_key = {s.key: s for s in result.samples}
+    for key, path, _why in lost:
+        payload = by_key[key].payloads.get(path)
+        if (
+            payload is None
+            or not isinstance(payload.value, torch.Tensor)
+            or not payload.value.is_floating_point()
+        ):
+            continue
+        for dtype in FLOAT_DTYPES:
+            if dtype == payload.value.dtype:
+                continue
+            places = result.haystack.find(Payload(path, payload.value.to(dtype)))
+            if places:
+                out[(key, path)] = f"{_name(payload.value.dtype)} -> {_name(dtype)} (at {places[0].path})"
+                break
+    return out
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
