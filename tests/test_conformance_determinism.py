@@ -126,3 +126,26 @@ def test_runner_helpers() -> None:
         b"\x00",
     )
     assert parse_fingerprint("not a literal(") is None
+
+
+def test_packs_built_over_a_set_differ_between_hash_seeds(workdir: Path) -> None:
+    """A packer that takes its samples from a set of keys builds other packs under another PYTHONHASHSEED:
+    the fresh processes read a loader that packs too, and the message says what differs between them."""
+    result = _determinism(
+        "task_encoder", "tests.conformance_zoo.packing_hashseed:SetOrderPackingTaskEncoder", workdir
+    )
+    claim = result.claim("determinism/fresh_processes")
+    assert claim.verdict == "fail", result.verdicts()
+    assert "num_workers=0, packing" in claim.message, claim.message
+    assert "num_workers=2," not in claim.message  # unpacked loaders do not run the packer: identical
+    assert "their PYTHONHASHSEED (so iteration over a set, or hash() of a str or bytes)" in claim.message
+    assert result.details["packing_buffer_size"] == 8
+
+
+@pytest.mark.slow
+def test_a_correct_packer_is_deterministic_across_hash_seeds(workdir: Path) -> None:
+    result = _determinism("task_encoder", "tests.conformance_zoo.packing:FirstFitPackingTaskEncoder", workdir)
+    assert result.claim("determinism/fresh_processes").verdict == "pass", result.message
+    assert result.details["packing_buffer_size"] == 8
+    # every batch of 0 and 2 workers, and of the packed loader
+    assert result.claim("determinism/fresh_processes").examined > 2 * 6

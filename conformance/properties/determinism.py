@@ -75,6 +75,9 @@ def prestart(ctx: CheckContext) -> Background:
     datasets = [ctx.main_dataset(encoding) for encoding in ctx.encodings()]
     common = ["--workers", ",".join(map(str, ctx.profile.determinism_workers)), "--batches", str(BATCHES)]
     common += ["--batch-size", str(BATCH_SIZE)]
+    packing = _packing_buffer(ctx)
+    if packing:
+        common += ["--packing", str(packing)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
     try:
@@ -95,9 +98,26 @@ def prestart(ctx: CheckContext) -> Background:
         background.close()
         raise
     background.info["datasets"] = datasets
+    background.info["packing"] = packing
     background.info["fallback"] = fallback
     background.info["fallback_problem"] = fallback_problem
     return background
+
+
+#: the key of the packed run among a child's worker counts
+PACKED = "packed"
+
+
+def _packing_buffer(ctx: CheckContext) -> int | None:
+    """The packing buffer of the packed runs, for a TaskEncoder that packs (else None): packs built in
+    each process must be the same packs."""
+    if ctx.target.kind != "task_encoder":
+        return None
+    from .packing import BUFFER, packing_configured
+
+    if packing_configured(ctx.target, ctx.target.make_task_encoder()) is False:
+        return None  # it does not pack, or is built not to (packing_buffer_size None)
+    return BUFFER  # build_loader takes the target's or the TaskEncoder's own buffer size first
 
 
 def _fallback(ctx: CheckContext) -> Path | None:
@@ -139,10 +159,11 @@ def _order(run: dict[str, Any]) -> Any:
     return [b["digest"] for b in batches]
 
 
-def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dict) -> str | None:
+def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int | str, a: dict, b: dict) -> str | None:
     first, second = a["batches"], b["batches"]
+    setting = "num_workers=0, packing" if nw == PACKED else f"num_workers={nw}"
     where = (
-        f"two fresh processes with seed {ctx.seed} (PYTHONHASHSEED=1 and 2), num_workers={nw}, dataset "
+        f"two fresh processes with seed {ctx.seed} (PYTHONHASHSEED=1 and 2), {setting}, dataset "
         f"{dataset_path(dataset).name}"
     )
     if len(first) != len(second):
@@ -157,7 +178,9 @@ def _compare_same_seed(ctx: CheckContext, dataset: str, nw: int, a: dict, b: dic
             diff = first_difference(fx, fy) if fx is not None and fy is not None else None
             detail = f"same keys {_describe_keys(x['keys'])}, but {_readable(diff) or 'different contents'}"
         return (
-            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs ({detail})"
+            f"{where}: expected identical batches, observed batch {index} of {len(first)} differs ({detail}). "
+            "The processes differ in nothing the data should depend on: their PYTHONHASHSEED (so iteration over "
+            "a set, or hash() of a str or bytes), their pid and the time"
         )
     return None
 
@@ -244,7 +267,10 @@ def _split_shape(dataset: str) -> str:
 def _compare_runs(claim: Any, first: dict, second: dict, ctx: CheckContext, compare: Any) -> None:
     """``compare`` every (dataset, worker count) of two runs; each problem goes to ``claim``."""
     for dataset in first:
-        for nw in ctx.profile.determinism_workers:
+        counts: list[int | str] = list(ctx.profile.determinism_workers)
+        if PACKED in first[dataset]:
+            counts.append(PACKED)
+        for nw in counts:
             claim.examined(len(first[dataset][str(nw)]["batches"]))
             problem = compare(ctx, dataset, nw, first[dataset][str(nw)], second[dataset][str(nw)])
             if problem:
@@ -314,6 +340,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         "seed_notes": notes,
         "datasets": len(datasets),
         "workers": list(ctx.profile.determinism_workers),
+        "packing_buffer_size": background.info.get("packing"),
         "batches": BATCHES,
         "batch_size": BATCH_SIZE,
         "child_seconds": seconds,
@@ -337,6 +364,9 @@ def add_child_arguments(parser: argparse.ArgumentParser) -> None:
         "--fallback",
         help="with --reference and two seeds: a dataset also read for each worker count where the "
         "reference gives every --dataset one order for both seeds",
+    )
+    parser.add_argument(
+        "--packing", type=int, default=None, help="also read one loader that packs with this buffer size"
     )
     parser.add_argument("--out", required=True)
 
@@ -367,6 +397,12 @@ def run_child(target: Target, options: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="conformance-determinism-") as name:
         tmp = Path(name)
         read(tmp, list(options.dataset), workers)
+        if options.packing:  # the packs too: select_samples_to_pack and pack_selected_samples, every process
+            for seed in seeds:
+                for dataset in options.dataset:
+                    sink = tmp / f"cooked-{next(sinks)}.jsonl"
+                    run = _target_run(target, options, dataset, seed, 0, sink, packing=options.packing)
+                    results[str(seed)][str(dataset)][PACKED] = run
         if options.reference and options.fallback and len(seeds) > 1:
             first, second = str(seeds[0]), str(seeds[1])
             fixed = [
@@ -387,7 +423,13 @@ def run_child(target: Target, options: argparse.Namespace) -> None:
 
 
 def _target_run(
-    target: Target, options: argparse.Namespace, dataset: str, seed: int, num_workers: int, sink: Path
+    target: Target,
+    options: argparse.Namespace,
+    dataset: str,
+    seed: int,
+    num_workers: int,
+    sink: Path,
+    packing: int | None = None,
 ) -> dict[str, Any]:
     """The first ``--batches`` batches of the target's train-mode loader: digests, keys, fingerprints,
     and the order its cookers saw."""
@@ -404,6 +446,7 @@ def _target_run(
         seed=seed,
         mode="train",
         task_encoder=task_encoder,
+        packing_buffer_size=packing,
     )
     batches = []
     with closing(loader):
