@@ -338,3 +338,13 @@ def test_bad_resume_hooks_are_one_line_and_exit_4(tmp_path: Path, hooks: str, ex
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and expected in errors[0], output[-3000:]
     assert "Traceback" not in output and "test_property" not in output and len(output.splitlines()) < 6
+
+
+def test_quick_leaves_the_fresh_process_restore_of_a_task_encoder_to_ci(workdir: Path) -> None:
+    (result,) = check_task_encoder(
+        "primus_energon:EncodedDiffusionTaskEncoder", properties=["restart"], profile="quick", workdir=workdir
+    )
+    assert result.verdict == "skip", result.verdicts()
+    assert "the quick profile leaves the restore in fresh processes under torch.distributed to ci" in (
+        result.message
+    )

@@ -339,20 +339,25 @@ def _delivered(
     with claims.claim("delivered") as claim:
         task_encoder = ctx.target.make_task_encoder()
         path = ctx.main_dataset(encoding)
-        given = first_stage_samples(task_encoder, ctx.crude(path), ctx.seed)
+        counts = (0,) if ctx.profile.name == "quick" else (0, 2)
+        loaders = [
+            delivered_batches(
+                ctx, path, num_workers=nw, batch_size=DELIVERED_BATCH_SIZE, max_batches=DELIVERED_BATCHES
+            )
+            for nw in counts
+        ]
+        # The samples to trace back to: those the batches name (each cooked and encoded once), else all.
+        named = [batch_keys(batch) for loader in loaders for batch in loader.batches]
+        crude = ctx.crude(path)
+        if all(named):
+            wanted = {key for keys in named for key in keys or ()}
+            crude = [sample for sample in crude if sample.get("__key__") in wanted] or crude
+        given = first_stage_samples(task_encoder, crude, ctx.seed)
         if given is None:
             raise PropertySkipped("the first encode stage yields several samples (or none) per input")
-        keys = _keys(given)
-        candidates = dict(zip(keys, given, strict=True))
-        counts = (0,) if ctx.profile.name == "quick" else (0, 2)
-        for num_workers in counts:
-            delivered = delivered_batches(
-                ctx,
-                path,
-                num_workers=num_workers,
-                batch_size=DELIVERED_BATCH_SIZE,
-                max_batches=DELIVERED_BATCHES,
-            )
+        candidates = dict(zip(_keys(given), given, strict=True))
+        for delivered in loaders:
+            num_workers = delivered.num_workers
             details[f"num_workers={num_workers}"] = f"{len(delivered.batches)} batches traced"
             for index, batch in enumerate(delivered.batches):
                 held = assign(batch, batch_keys(batch), candidates)
