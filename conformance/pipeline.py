@@ -23,9 +23,17 @@ from megatron.energon import TaskEncoder
 
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
-from .payloads import KEY, Payload, Trace, trace
+from .payloads import KEY, Payload, Trace, identity, payloads, trace
 
-__all__ = ["Delivered", "delivered_batches", "first_stage_samples", "assign", "cast_payloads", "FLOAT_DTYPES"]
+__all__ = [
+    "Delivered",
+    "delivered_batches",
+    "first_stage_samples",
+    "seeded_payloads",
+    "assign",
+    "cast_payloads",
+    "FLOAT_DTYPES",
+]
 
 #: the floating dtypes a stage may cast a payload to (a cast is found by casting the given payload)
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -61,7 +69,9 @@ def delivered_batches(
     return Delivered(num_workers, batch_size, batches)
 
 
-def first_stage_samples(task_encoder: TaskEncoder, crude: Sequence[dict], seed: int) -> list[Any] | None:
+def first_stage_samples(
+    task_encoder: TaskEncoder, crude: Sequence[dict], seed: int, *, index_offset: int = 0
+) -> list[Any] | None:
     """Each crude sample cooked and run through the first encode stage Energon applies to it
     (``preencode_sample``, else ``encode_sample``), in a worker context as Energon does; None when a stage
     yields several samples (or none) for one input, so that samples cannot be told apart by their input.
@@ -78,13 +88,30 @@ def first_stage_samples(task_encoder: TaskEncoder, crude: Sequence[dict], seed: 
     for index, sample in enumerate(crude):
         cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
         key = sample.get("__key__")
-        with target_call(f"cooking and encoding the clean sample {key!r}"), worker_context(seed, index):
+        with (
+            target_call(f"cooking and encoding the clean sample {key!r}"),
+            worker_context(seed, index + index_offset),
+        ):
             cooked = cooker.cook(copy.deepcopy(sample))
             result = stage(cooked) if stage is not None else cooked
             produced = list(result) if hasattr(result, "__next__") else [result]
         if len(produced) != 1:
             return None
         out.append(produced[0])
+    return out
+
+
+def seeded_payloads(first: Sequence[Any], second: Sequence[Any], keys: Sequence[str]) -> set[tuple[str, str]]:
+    """``(key, payload path)`` of the payloads that differ between two encodings of the same samples under
+    other per-sample seeds (``index_offset``): random augmentation drawn from Energon's per-sample seed,
+    which depends on where the loader took the sample, so it cannot be traced by value (determinism and
+    resume judge it)."""
+    out = set()
+    for key, a, b in zip(keys, first, second, strict=True):
+        theirs = {p.path: identity(p) for p in payloads(b)}
+        for payload in payloads(a):
+            if theirs.get(payload.path) != identity(payload):
+                out.add((key, payload.path or "(the sample itself)"))
     return out
 
 

@@ -31,7 +31,7 @@ from ..execution import TargetError, encode, matching_cooker, target_call, worke
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
-from ..pipeline import assign, cast_payloads, delivered_batches, first_stage_samples
+from ..pipeline import assign, cast_payloads, delivered_batches, first_stage_samples, seeded_payloads
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
 from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
@@ -298,7 +298,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             claims.not_applicable("order", "blocked by batch/rows")
             claims.not_applicable("unmatched", "blocked by batch/rows")
         if stats["batches"] and not claims.failed("rows"):
-            stats["delivered"] = _delivered(ctx, claims, encoding, required)
+            stats["delivered"] = _delivered(ctx, claims, encoding)
         else:
             claims.not_applicable("delivered", "blocked by batch/rows: batch() itself loses or mixes samples")
         with claims.claim("inputs_unchanged") as claim:
@@ -329,9 +329,7 @@ DELIVERED_BATCHES = 6
 DELIVERED_BATCH_SIZE = 4
 
 
-def _delivered(
-    ctx: CheckContext, claims: ClaimRecorder, encoding: str | None, required: Any
-) -> dict[str, Any]:
+def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -> dict[str, Any]:
     """The ``delivered`` claim: the real loader's batches traced to the samples as the first encode stage
     left them; for a batch that loses, casts, duplicates or mixes payloads, the stages are re-run on their
     own on the same samples to say which one does it."""
@@ -355,6 +353,12 @@ def _delivered(
         given = first_stage_samples(task_encoder, crude, ctx.seed)
         if given is None:
             raise PropertySkipped("the first encode stage yields several samples (or none) per input")
+        # Energon seeds a sample's randomness by where the loader took it: what changes under another
+        # per-sample seed cannot be found by value (determinism and resume judge it)
+        again = first_stage_samples(task_encoder, crude, ctx.seed, index_offset=7919) or given
+        seeded = seeded_payloads(given, again, _keys(given))
+        if seeded:
+            details["seeded"] = sorted({path for _, path in seeded})
         candidates = dict(zip(_keys(given), given, strict=True))
         for delivered in loaders:
             num_workers = delivered.num_workers
@@ -368,10 +372,10 @@ def _delivered(
                         f"{field_names(batch)}): every tensor and text is lost or changed beyond recognition"
                     )
                     break
-                problems = _delivered_problems(batch, [candidates[k] for k in held], held, required)
+                problems = _delivered_problems(batch, [candidates[k] for k in held], held, seeded)
                 if problems:
                     stage = _stage_at_fault(
-                        task_encoder, [candidates[k] for k in held], held, required, ctx.seed
+                        task_encoder, [candidates[k] for k in held], held, seeded, ctx.seed
                     )
                     claim.problem(
                         f"{delivered.where}, batch {index} {held}: {stage}: " + "; ".join(problems[:4])
@@ -380,14 +384,22 @@ def _delivered(
     return details
 
 
-def _delivered_problems(output: Any, samples: list[Any], keys: list[str], required: Any) -> list[str]:
+def _delivered_problems(
+    output: Any, samples: list[Any], keys: list[str], seeded: set[tuple[str, str]] = frozenset()
+) -> list[str]:
     """What ``output`` does wrong with ``samples`` (first-stage samples): payloads cast to another dtype,
     lost (a field the output carries for other samples but not for this one), duplicated, mixed up, padded
     without a length. A field changed for every sample alike (a normalisation in batch(), a scale factor in
-    encode_batch) is a transform, not a loss: ``required`` is not asked here."""
+    encode_batch) is a transform, not a loss; a payload drawn from the per-sample seed (``seeded``) cannot
+    be found by value and is left out."""
     result = trace(samples, output, keys)
-    lost = result.lost(None, keys=True)
-    missing = [(s.key, path, "") for s in result.samples for path in s.missing() if path != KEY]
+    lost = [entry for entry in result.lost(None, keys=True) if (entry[0], entry[1]) not in seeded]
+    missing = [
+        (s.key, path, "")
+        for s in result.samples
+        for path in s.missing()
+        if path != KEY and (s.key, path) not in seeded
+    ]
     casts = cast_payloads(result, missing)
     grouped: dict[tuple[str, str], list[str]] = {}
     for (key, path), cast in casts.items():
@@ -408,7 +420,7 @@ def _delivered_problems(output: Any, samples: list[Any], keys: list[str], requir
 
 
 def _stage_at_fault(
-    task_encoder: TaskEncoder, samples: list[Any], keys: list[str], required: Any, seed: int
+    task_encoder: TaskEncoder, samples: list[Any], keys: list[str], seeded: set[tuple[str, str]], seed: int
 ) -> str:
     """Which stage changes the samples, found by running each stage after the first encode stage on its
     own on copies of the same samples (postencode_sample, then batch(), then encode_batch)."""
@@ -419,12 +431,12 @@ def _stage_at_fault(
             if overridden(task_encoder.postencode_sample):
                 current = [task_encoder.postencode_sample(s) for s in current]
                 if any(
-                    _delivered_problems(out, [given], [key], required)
+                    _delivered_problems(out, [given], [key], seeded)
                     for out, given, key in zip(current, samples, keys, strict=True)
                 ):
                     return "postencode_sample changes the samples (a stage Energon runs after encode_sample)"
             batch = task_encoder.batch(current)
-            if _delivered_problems(batch, samples, keys, required):
+            if _delivered_problems(batch, samples, keys, seeded):
                 return "batch() does it (called on its own on the same samples)"
             if overridden(task_encoder.encode_batch):
                 return (
