@@ -71,3 +71,11 @@ def test_ci_traces_loaders_with_and_without_workers(workdir: Path) -> None:
         "num_workers=0": "6 batches traced",
         "num_workers=2": "6 batches traced",
     }
+
+
+def test_seeded_augmentation_is_left_to_determinism_not_called_lost(workdir: Path) -> None:
+    """Noise drawn from Energon's per-sample seed depends on where the loader took the sample: it cannot be
+    traced by value, and is named in the details instead of failing."""
+    result = _batch("tests.conformance_zoo.correct:BoundMethodTaskEncoder", workdir)
+    assert result.claim("batch/delivered").verdict == "pass", result.claim("batch/delivered").message
+    assert result.details["delivered"]["seeded"] == ["noise"]
