@@ -111,9 +111,10 @@ def test_the_run_leaves_nothing_in_the_users_folder_but_the_report(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_wrappers_get_the_wrapper_property_only(tmp_path: Path) -> None:
-    """--wrapper collects one test per wrapper (its own property); the reference passes, a wrapper that
-    spins on an empty loader fails that claim, and the run ends without a child process left."""
+def test_wrappers_get_the_wrapper_and_restart_properties_only(tmp_path: Path) -> None:
+    """--wrapper collects two tests per wrapper (its contract, and resume as training resumes); the reference
+    passes both, a wrapper that spins on an empty loader and passes Energon's bare state through fails both,
+    and the run ends without a child process left."""
     run = _pytest(
         tmp_path,
         "--wrapper",
@@ -124,9 +125,11 @@ def test_wrappers_get_the_wrapper_property_only(tmp_path: Path) -> None:
     )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "test_property[MegatronDataloaderWrapper-wrapper] PASSED" in run.stdout
+    assert "test_property[MegatronDataloaderWrapper-restart] PASSED" in run.stdout
     assert "test_property[SpinningWrapper-wrapper] FAILED" in run.stdout
-    assert "[crash] wrapper/empty" in run.stdout and "2 failed" not in run.stdout
-    assert "MegatronDataloaderWrapper-accepted" not in run.stdout and "2 passed" not in run.stdout
+    assert "test_property[SpinningWrapper-restart] FAILED" in run.stdout
+    assert "[crash] wrapper/empty" in run.stdout and "[resume] restart/world_size" in run.stdout
+    assert "MegatronDataloaderWrapper-accepted" not in run.stdout and "2 failed, 2 passed" in run.stdout
 
 
 def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None:

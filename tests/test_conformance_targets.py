@@ -299,6 +299,8 @@ def test_a_wrapper_factory_passes_the_wrapper_property(tmp_path: Path) -> None:
     """The wrapper property's child processes (the spin checks) rebuild the wrapper from the factory too."""
     from primus_energon.conformance import check_wrapper
 
-    (result,) = check_wrapper(FACTORIES + "make_wrapper", profile="quick", workdir=tmp_path)
+    (result,) = check_wrapper(
+        FACTORIES + "make_wrapper", properties=["wrapper"], profile="quick", workdir=tmp_path
+    )
     assert result.ok and {c.verdict for c in result.claims} <= {"pass", "skip"}, result.message
     assert result.claim("wrapper/empty").verdict == "pass"

@@ -77,7 +77,14 @@ def prestart(ctx: CheckContext) -> Background:
     common += ["--batch-size", str(BATCH_SIZE)]
     packing = _packing_buffer(ctx)
     if packing:
-        common += ["--packing", str(packing)]
+        from ..execution import packing_settings
+
+        # the settings the target's packing loaders need (--conformance-packing-buffer-size / -batch-size,
+        # the TaskEncoder's own packing_buffer_size), which a fresh process rebuilding it from its spec lacks
+        buffer, packs_per_batch = packing_settings(
+            ctx.target, ctx.target.make_task_encoder(), packing, BATCH_SIZE
+        )
+        common += ["--packing", str(buffer), "--packing-batch-size", str(packs_per_batch)]
     for dataset in datasets:
         common += ["--dataset", str(dataset)]
     try:
@@ -368,6 +375,7 @@ def add_child_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--packing", type=int, default=None, help="also read one loader that packs with this buffer size"
     )
+    parser.add_argument("--packing-batch-size", type=int, default=None, help="packs per batch of that loader")
     parser.add_argument("--out", required=True)
 
 
@@ -398,6 +406,8 @@ def run_child(target: Target, options: argparse.Namespace) -> None:
         tmp = Path(name)
         read(tmp, list(options.dataset), workers)
         if options.packing:  # the packs too: select_samples_to_pack and pack_selected_samples, every process
+            target.packing_buffer_size = options.packing
+            target.batch_size = options.packing_batch_size
             for seed in seeds:
                 for dataset in options.dataset:
                     sink = tmp / f"cooked-{next(sinks)}.jsonl"
