@@ -117,13 +117,22 @@ def seeded_payloads(first: Sequence[Any], second: Sequence[Any], keys: Sequence[
 
 def assign(batch: Any, keys: list[str] | None, candidates: dict[str, Any]) -> list[str]:
     """The keys of the candidate samples ``batch`` holds: its own ``__key__`` list where it has one, else
-    every candidate with a payload found in the batch (found once, not one value throughout)."""
+    every candidate with a *distinctive* payload found in the batch: one no other candidate shares (a
+    caption or a metadata field copied across samples says nothing about which sample it is)."""
     if keys:
         return [k for k in dict.fromkeys(keys) if k in candidates]
     found = trace(list(candidates.values()), batch, list(candidates))
+    shared: dict[Any, int] = {}
+    for sample in found.samples:
+        for path, payload in sample.payloads.items():
+            if path != KEY:
+                shared[identity(payload)] = shared.get(identity(payload), 0) + 1
     held = []
     for sample in found.samples:
-        if any(places and path != KEY for path, places in sample.places.items()):
+        if any(
+            places and path != KEY and shared[identity(sample.payloads[path])] == 1
+            for path, places in sample.places.items()
+        ):
             held.append(sample.key)
     return held
 
