@@ -11,11 +11,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import conduct
 from .claims import ClaimRecorder, ClaimResult, Harm
 from .context import CheckContext
 from .data import Workspace
 from .profiles import get_profile
 from .properties import PROPERTIES, Property, get_property
+from .properties.conduct import OBSERVATIONS
 from .rendering import describe_error
 from .results import PropertyResult
 from .target import InputForm, Target, load_object, resolve_target
@@ -45,6 +47,7 @@ def make_context(
     timeout_s: float | None = None,
     call_timeout_s: float | None = None,
     resume_hooks: str | Sequence[str] | None = None,
+    watch: str | Path | None = ".",
 ) -> CheckContext:
     # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
@@ -67,6 +70,7 @@ def make_context(
         min_samples_per_s=min_samples_per_s,
         strict=strict,
         resume_hooks=parse_resume_hooks(resume_hooks),
+        watched_folder=Path(watch).resolve() if watch is not None else None,
         **timeouts,
     )
     problem = ctx.format_problem()
@@ -130,6 +134,8 @@ def run_property(
 
     ``expected_failures`` maps a property id (every claim) or a claim id (``bad_input/names_sample``) to a
     reason: such a claim's failure is reported as ``xfail``."""
+    watch = prop.id != "conduct" and ctx.target.kind in prop.applies_to
+    before = conduct.snapshot(ctx.watched_folder, ctx.cached("conduct-known", set)) if watch else None
     try:
         if prop.id == "accepted":
             # Every property consults the accepted verdict (see _blocker): run it once per context.
@@ -139,6 +145,9 @@ def run_property(
             result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
     finally:
         ctx.release(prop.id)  # its children, if it started any, are done with (or it was blocked)
+        if before is not None:
+            left = conduct.observe(before, exclude=(ctx.workspace.root,))
+            ctx.cached(OBSERVATIONS, list).append((prop.id, left))
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)
     result.formats = copy.deepcopy(ctx.cached("formats", lambda: _formats(ctx)))

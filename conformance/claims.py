@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from . import breadcrumbs
 from .rendering import describe_error
 from .results import ClaimResult, ClaimVerdict, Inconclusive, PropertyFailure, PropertySkipped, TargetError
 
@@ -205,7 +206,8 @@ class ClaimRecorder:
         started = time.perf_counter()
         outcome: tuple[ClaimVerdict, str] | None = None
         try:
-            yield check
+            with breadcrumbs.mark(claim=claim.id, call=None):
+                yield check
         except PropertyFailure as failure:
             check.problem(failure.message)
         except PropertySkipped as skipped:

@@ -41,6 +41,8 @@ class CheckContext:
     #: ``--resume-hooks SAVE,LOAD``: the user's checkpoint functions, ``MODULE:FUNC`` each, called as
     #: ``save(loader, directory, rank)`` / ``load(loader, directory, rank)`` (the restart property)
     resume_hooks: tuple[str, ...] = ()
+    #: the folder the target runs in, watched for files its code writes (None: not watched)
+    watched_folder: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
     #: why samples could not be read (decoder errors), for claims that examined nothing
     read_errors: list[str] = field(default_factory=list)

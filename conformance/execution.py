@@ -29,6 +29,7 @@ from primus_energon.energon_compat import (
 )
 from primus_energon.storage import dataset_path
 
+from . import breadcrumbs
 from .results import Inconclusive, PropertyFailure, PropertySkipped, TargetError
 from .target import Target
 
@@ -53,7 +54,8 @@ def target_call(what: str) -> Iterator[None]:
     armed_before = _alarm_armed()
     handler = signal.getsignal(signal.SIGALRM) if _main_thread() else None
     try:
-        yield
+        with breadcrumbs.mark(call=what):
+            yield
     except (TargetError, StopIteration, PropertyFailure, PropertySkipped, Inconclusive):
         raise
     except Exception as error:

@@ -29,6 +29,7 @@ __all__ = [
     "option_dest",
     "claim_expectations",
     "target_options",
+    "supervised_target",
 ]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
@@ -39,6 +40,8 @@ _SCRATCH_KEY = pytest.StashKey[Path]()
 #: pytest-benchmark's default storage: a folder in the directory pytest runs in
 _BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
 _CLAIM_XFAILS_KEY = pytest.StashKey[dict]()
+#: (kind, normalized spec) -> SupervisedTarget: the targets' supervised processes
+_TARGETS_KEY = pytest.StashKey[dict]()
 #: Results reported on this (controller) process, in report order.
 _collected: list[dict[str, Any]] = []
 
@@ -175,6 +178,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "worker counts, batch sizes and shards",
     )
     group.addoption(
+        "--conformance-call-timeout",
+        default=60.0,
+        type=float,
+        metavar="S",
+        help="seconds one call into the target (a cook, a TaskEncoder stage, a loader's first batch, a wrapper's "
+        "next()) may take; past it the call is reported as a hang, with the stack of the stuck thread (default 60)",
+    )
+    group.addoption(
+        "--conformance-property-timeout",
+        default=1200.0,
+        type=float,
+        metavar="S",
+        help="seconds one property may take in all before it is reported as a hang (default 1200)",
+    )
+    group.addoption(
         "--conformance-keep-data",
         action="store_true",
         default=False,
@@ -213,6 +231,8 @@ def _active(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
+    _keep_out_of_the_users_folder(config)
+    _end_on_sigterm()
     _check_usage(config)
     config.stash[_RESULTS_KEY] = []
     # Collect the suite instead of the invocation directory's own tests.
@@ -224,7 +244,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance_property(id): a conformance property check")
     # Energon always asks for pinned memory; without an accelerator torch warns once per loader.
     config.addinivalue_line("filterwarnings", "ignore:.*pin_memory.*:UserWarning")
-    _keep_out_of_the_users_folder(config)
 
 
 def _keep_out_of_the_users_folder(config: pytest.Config) -> None:
@@ -242,12 +261,30 @@ def _keep_out_of_the_users_folder(config: pytest.Config) -> None:
     if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
         os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
         set_hypothesis_home_dir(scratch / "hypothesis")
+    # pytest's temporary folder (the datasets) goes there too, unless the user chose one or asked to keep the
+    # datasets. (The supervised processes have a temporary folder of their own: supervision.)
+    if not config.getoption("conformance_keep_data") and not config.option.basetemp:
+        config.option.basetemp = str(scratch / "basetemp")
     # pytest-benchmark (when installed) builds its storage in its own pytest_configure, after this one
     if getattr(config.option, "benchmark_storage", None) == _BENCHMARK_DEFAULT_STORAGE:
         config.option.benchmark_storage = f"file://{scratch / 'benchmarks'}"
 
 
+def _end_on_sigterm() -> None:
+    """SIGTERM (a CI runner cancelling the job) ends pytest as Ctrl-C does, so that its clean-up runs and
+    no supervised process outlives it; a handler the user installed is kept."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _close_targets(config)
     scratch = config.stash.get(_SCRATCH_KEY, None)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -306,28 +343,7 @@ def _check_usage(config: pytest.Config) -> None:
         broken = [probed] if probed else []
     if broken:
         raise pytest.UsageError("\n".join(f"broken environment: {line}" for line in broken))
-    from .target import resolve_target
-
-    problems = []
-    targets = []
-    for kind, option in (
-        ("cooker", "--cooker"),
-        ("task_encoder", "--task-encoder"),
-        ("wrapper", "--wrapper"),
-    ):
-        for spec in config.getoption(kind.replace("-", "_")):
-            try:
-                targets.append((option, spec, resolve_target(spec, kind=kind, **target_options(config))))
-            except Exception as error:  # any import-time failure of the user's module, said in one line
-                problems.append(f"{option} {spec}: {' '.join(str(error).split())}")
-    hooks = config.getoption("resume_hooks", None)
-    if hooks:
-        from .api import parse_resume_hooks
-
-        try:
-            parse_resume_hooks(hooks)
-        except Exception as error:
-            problems.append(" ".join(str(error).split()))
+    problems: list[str] = []
     schemas = config.getoption(option_dest("schema")) or []
     if schemas:
         from primus_energon.synthetic import load_schema
@@ -365,21 +381,6 @@ def _check_usage(config: pytest.Config) -> None:
                 f"--conformance-dataset {dataset}: not a prepared dataset (no .nv-meta/dataset.yaml) and not a "
                 "metadataset .yaml; prepare it with `primus-energon finalize DIR --encoding NAME`"
             )
-    if not problems:
-        from .context import CheckContext
-        from .data import Workspace
-
-        for option, spec, target in targets:
-            workspace = Workspace(Path("."), schema_files=schemas, dataset=dataset)
-            ctx = CheckContext(
-                target,
-                workspace,
-                PROFILES[config.getoption("conformance_profile")],
-                encoding=config.getoption(option_dest("encoding")),
-            )
-            problem = ctx.format_problem()
-            if problem:
-                problems.append(f"{option} {spec}: {problem}")
     from .properties import PROPERTIES
 
     known = [p.id for p in PROPERTIES]
@@ -393,6 +394,72 @@ def _check_usage(config: pytest.Config) -> None:
         problems.append(f"--conformance-xfails-file {xfails}: no such file")
     if problems:
         raise pytest.UsageError("\n".join(problems))
+    problems = _start_targets(config)
+    if problems:
+        _close_targets(config)
+        raise pytest.UsageError("\n".join(problems))
+
+
+def _start_targets(config: pytest.Config) -> list[str]:
+    """Start one supervised process per target (the targets' code never runs in this one) and build each
+    target there; the usage problems (a target that does not import, is of the wrong kind, whose data
+    format is unknown, whose resume hooks do not import), one line each."""
+    from .supervision import SupervisedTarget
+
+    resolve = {
+        "options": target_options(config),
+        "resume_hooks": config.getoption("resume_hooks", None),
+        "encoding": config.getoption(option_dest("encoding")),
+        "schema": config.getoption(option_dest("schema")) or [],
+        "dataset": config.getoption(option_dest("dataset")),
+        "profile": config.getoption("conformance_profile"),
+    }
+    folder = config.stash[_SCRATCH_KEY] / "targets"
+    targets: dict[tuple[str, str], SupervisedTarget] = {}
+    config.stash[_TARGETS_KEY] = targets
+    for index, (kind, _, spec) in enumerate(_specs(config)):
+        targets[(kind, _normalized(spec))] = SupervisedTarget(
+            kind,
+            spec,
+            resolve=resolve,
+            folder=folder / str(index),
+            call_timeout_s=config.getoption("conformance_call_timeout"),
+            property_timeout_s=config.getoption("conformance_property_timeout"),
+        )
+    problems = []
+    for target in targets.values():  # the workers import in parallel; their answers in order
+        target.launch()
+    for target in targets.values():
+        problem = target.started()
+        if problem:
+            option = {"cooker": "--cooker", "task_encoder": "--task-encoder", "wrapper": "--wrapper"}[
+                target.kind
+            ]
+            problems.append(f"{option} {target.spec}: {' '.join(problem.split())}")
+    return problems
+
+
+def _specs(config: pytest.Config) -> list[tuple[str, str, str]]:
+    """``(kind, option, spec)`` of every target given."""
+    return [
+        (kind, option, spec)
+        for kind, option in (
+            ("cooker", "--cooker"),
+            ("task_encoder", "--task-encoder"),
+            ("wrapper", "--wrapper"),
+        )
+        for spec in config.getoption(kind)
+    ]
+
+
+def supervised_target(config: pytest.Config, kind: str, spec: str) -> Any:
+    """The :class:`~primus_energon.conformance.supervision.SupervisedTarget` started for ``spec``."""
+    return config.stash[_TARGETS_KEY][(kind, _normalized(spec))]
+
+
+def _close_targets(config: pytest.Config) -> None:
+    for target in config.stash.get(_TARGETS_KEY, {}).values():
+        target.close()
 
 
 def _claim_ids() -> set[str]:

@@ -125,6 +125,13 @@ class PropertyResult:
         out["claims"] = [c.to_dict() for c in self.claims]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PropertyResult:
+        """The result :meth:`to_dict` described (as the supervised process sends it)."""
+        data = dict(data)
+        claims = [ClaimResult(**c) for c in data.pop("claims", [])]
+        return cls(**data, claims=claims)
+
 
 class TargetError(Exception):
     """The target raised while the suite ran it on clean, benign data: a failure of the target (a sample

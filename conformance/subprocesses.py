@@ -128,7 +128,15 @@ class Child:
     def stderr_tail(self, limit: int = 2000) -> str:
         self.stderr.seek(0)
         text = self.stderr.read().decode("utf-8", "replace")
-        lines = [line for line in text.splitlines() if "Warning" not in line and "warnings.warn" not in line]
+        lines, after_warning = [], False
+        for line in text.splitlines():
+            if "Warning" in line or "warnings.warn" in line:
+                after_warning = True  # a warning, and the source line Python shows under it
+                continue
+            if after_warning and line.startswith((" ", "\t")):
+                continue
+            after_warning = False
+            lines.append(line)
         text = "\n".join(lines)
         return text[-limit:]
 
@@ -157,30 +165,51 @@ def child_memory_cap() -> int | None:
     return max(MIN_CHILD_MEMORY, physical) if physical else None
 
 
-def _capped(cap: int | None) -> Any:
-    """A ``preexec_fn`` that sets the soft ``RLIMIT_AS`` of the new process to ``cap`` (None: nothing)."""
-    if cap is None:
-        return None
+def _preexec(cap: int | None, die_with_parent: bool) -> Any:
+    """The new process's limits: its address space capped at ``cap`` bytes (None: not capped), no core
+    files (a crash in a target's native code must not write gigabytes into the user's folder), and, with
+    ``die_with_parent``, the kernel ends it when the process that started it dies (even by SIGKILL)."""
+
+    import resource  # here, not in the forked child: an import there can deadlock on a lock another thread held
+
+    prctl = None
+    if die_with_parent and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def limit() -> None:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        wanted = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
-        if soft == resource.RLIM_INFINITY or soft > wanted:
-            resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+        if cap is not None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            wanted = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+            if soft == resource.RLIM_INFINITY or soft > wanted:
+                resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
     return limit
 
 
 def start(
-    args: Sequence[str], *, env: dict[str, str], show_env: Sequence[str] = (), cwd: str | None = None
+    args: Sequence[str],
+    *,
+    env: dict[str, str],
+    show_env: Sequence[str] = (),
+    cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
+    die_with_parent: bool = False,
 ) -> Child:
     """Start ``args`` (a full command) in a new session, tagged (see :data:`CHILD_TAG_VARIABLE`) so that
     :func:`stop` can end it and every process it starts, with its address space capped
-    (:func:`child_memory_cap`)."""
+    (:func:`child_memory_cap`) and no core files. A child's tag extends the tag of the process starting
+    it, so stopping a process also stops the children the suite started from it. ``die_with_parent``:
+    the kernel kills it when this thread's process dies (only for children started from the main thread)."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    tag = uuid.uuid4().hex
+    inherited = os.environ.get(CHILD_TAG_VARIABLE)
+    tag = f"{inherited}.{uuid.uuid4().hex}" if inherited else uuid.uuid4().hex
     process = subprocess.Popen(
         list(args),
         env={**env, CHILD_TAG_VARIABLE: tag},
@@ -189,14 +218,17 @@ def start(
         stderr=stderr,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=_capped(child_memory_cap()),
+        pass_fds=tuple(pass_fds),
+        preexec_fn=_preexec(child_memory_cap(), die_with_parent),
     )
     return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
 
 
 def tagged_processes(tag: str) -> list[int]:
-    """Process ids whose environment holds ``CHILD_TAG_VARIABLE=tag`` (Linux ``/proc``; elsewhere [])."""
+    """Process ids whose environment holds ``CHILD_TAG_VARIABLE=tag`` or a tag extending it (the children
+    the suite started from them; Linux ``/proc``; elsewhere [])."""
     needle = f"{CHILD_TAG_VARIABLE}={tag}".encode()
+    nested = needle + b"."
     found = []
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -205,7 +237,7 @@ def tagged_processes(tag: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:  # gone, or not ours to read
             continue
-        if needle in environ.split(b"\0"):
+        if any(item == needle or item.startswith(nested) for item in environ.split(b"\0")):
             found.append(int(entry.name))
     return found
 

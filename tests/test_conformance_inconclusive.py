@@ -292,7 +292,9 @@ def test_report_json_and_markdown_list_inconclusive_claims(tmp_path: Path) -> No
 
 _HOOK = textwrap.dedent(
     '''
-    """Makes the keys property inconclusive, to see how the plugin reports it."""
+    """A target module that makes the keys property inconclusive when imported (in the supervised process
+    that runs the target), to see how the plugin reports it."""
+    from primus_energon import PREENCODED_COOKER
     from primus_energon.conformance.properties import keys
     from primus_energon.conformance.results import Inconclusive
 
@@ -312,7 +314,7 @@ _HOOK = textwrap.dedent(
 def test_the_plugin_lists_inconclusive_claims_and_fails_only_under_strict(tmp_path: Path) -> None:
     (tmp_path / "inconclusive_hook.py").write_text(_HOOK)
     report = tmp_path / "report"
-    args = ["-p", "inconclusive_hook", "--cooker", "primus_energon:PREENCODED_COOKER"]
+    args = ["--cooker", "inconclusive_hook:PREENCODED_COOKER"]
     args += ["--conformance-profile", "quick", "--conformance-property", "keys"]
     run = run_pytest(tmp_path, *args, f"--conformance-report={report}", pythonpath=str(tmp_path))
     assert run.returncode == 0, run.stdout[-3000:]

@@ -96,6 +96,11 @@ def test_every_claim_has_a_broken_example_or_its_own_test() -> None:
         "sharding/in_process": "tests/test_conformance_sharding.py",
         "sharding/distributed": "tests/test_conformance_sharding.py",
         "throughput/rate": "tests/test_conformance_throughput.py",
+        # What a target leaves behind is seen in whole pytest runs, each in fresh processes.
+        **{
+            f"conduct/{name}": "tests/test_conformance_supervised.py"
+            for name in ("threads", "processes", "files")
+        },
         # Each restart claim costs four runs in fresh processes: proven on wrappers and hooks of their own.
         **{
             f"restart/{name}": "tests/test_conformance_restart.py"

@@ -78,6 +78,14 @@ PROPERTIES: tuple[Property, ...] = (
         "restart",
         frozenset({"cooker", "task_encoder", "wrapper"}),
     ),
+    Property(
+        "conduct",
+        16,
+        "Leaves nothing behind",
+        "conduct",
+        frozenset({"cooker", "task_encoder", "wrapper"}),
+        needs_loader=False,
+    ),
 )
 
 

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import breadcrumbs
 from ..execution import target_call
 from ..oracle import MISSING
 from ..results import PropertyFailure
@@ -65,6 +66,10 @@ class TimedOut(Exception):
     pass
 
 
+#: the name of the suite's helper threads running one call with a time limit (conduct never reports them)
+CALL_THREAD_NAME = "conformance-call"
+
+
 def call_with_timeout(fn: Callable[[], Any], seconds: float) -> Any:
     """``fn()`` in a daemon thread; raises :class:`TimedOut` when it has not returned after ``seconds``.
 
@@ -79,7 +84,11 @@ def call_with_timeout(fn: Callable[[], Any], seconds: float) -> Any:
         except BaseException as error:  # handed back to the caller below
             outcome["error"] = error
 
-    thread = threading.Thread(target=run, daemon=True)
+    # Code the target runs here inherits this thread's daemon flag. In the supervised process (which the
+    # suite ends itself) it is not a daemon, as Energon's own threads are not: a thread the target starts
+    # without daemon=True is then seen for what it is in training (conduct/threads). In the Python API's
+    # process a hung call must not keep the user's interpreter from exiting, so there it is one.
+    thread = threading.Thread(target=run, daemon=not breadcrumbs.publishing(), name=CALL_THREAD_NAME)
     thread.start()
     thread.join(seconds)
     if thread.is_alive():

@@ -1,5 +1,6 @@
 """The conformance suite as pytest collects it: one test per (target, property), each running every claim
-of its property (see primus_energon.conformance.plugin)."""
+of its property in the target's supervised process (see primus_energon.conformance.plugin and
+primus_energon.conformance.supervision); this process only gives the verdicts."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import shutil
 
 import pytest
 
-from primus_energon.conformance.api import make_context, prestart, run_property
-from primus_energon.conformance.plugin import claim_expectations, option_dest, target_options
-from primus_energon.conformance.properties import PROPERTIES, Property, get_property, properties_for
+from primus_energon.conformance.plugin import claim_expectations, option_dest, supervised_target
+from primus_energon.conformance.properties import Property, get_property, properties_for
 from primus_energon.conformance.specs import format_spec, parse_spec, short_name
-from primus_energon.conformance.target import resolve_target
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -43,8 +42,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def conformance_target(request: pytest.FixtureRequest):
+    """The target's supervised process, started (and the target built there) when pytest was configured."""
     kind, spec = request.param
-    return resolve_target(spec, kind=kind, **target_options(request.config))
+    return supervised_target(request.config, kind, spec)
 
 
 @pytest.fixture(scope="session")
@@ -53,50 +53,54 @@ def conformance_context(
 ):
     config = request.config
     workdir = tmp_path_factory.mktemp(f"conformance-{conformance_target.name}")
-    ctx = make_context(
-        conformance_target,
-        workdir=workdir,
-        profile=config.getoption("conformance_profile"),
-        seed=config.getoption("conformance_seed"),
-        encoding=config.getoption(option_dest("encoding")),
-        schema=config.getoption(option_dest("schema")),
-        dataset=config.getoption(option_dest("dataset")),
-        min_samples_per_s=config.getoption(option_dest("min-samples-per-s")),
-        strict=config.getoption("conformance_strict"),
-        resume_hooks=config.getoption("resume_hooks"),
-    )
-    # The properties collected for this target (after -k and --conformance-property) start their child
-    # processes now, so those run while the properties before them are checked. Not under xdist: there a
-    # worker runs only some of the collected tests (which, it learns one at a time), and the workers keep
-    # the cores busy already.
-    mine = (conformance_target.kind, conformance_target.spec)
-    collected = {
-        item.callspec.params["property_id"]
-        for item in request.session.items
-        if hasattr(item, "callspec") and _normalized(item.callspec.params.get("conformance_target")) == mine
+    context = {
+        "workdir": str(workdir),
+        "profile": config.getoption("conformance_profile"),
+        "seed": config.getoption("conformance_seed"),
+        "encoding": config.getoption(option_dest("encoding")),
+        "schema": config.getoption(option_dest("schema")),
+        "dataset": config.getoption(option_dest("dataset")),
+        "min_samples_per_s": config.getoption(option_dest("min-samples-per-s")),
+        "strict": config.getoption("conformance_strict"),
+        "resume_hooks": config.getoption("resume_hooks"),
+        "call_timeout_s": config.getoption("conformance_call_timeout"),
+        "watch": str(config.invocation_params.dir),
     }
     try:
-        if not hasattr(config, "workerinput"):
-            prestart(ctx, [prop for prop in PROPERTIES if prop.id in collected])
-        yield ctx
+        # The properties collected for this target (after -k and --conformance-property) start their child
+        # processes now, so those run while the properties before them are checked. Not under xdist: there a
+        # worker runs only some of the collected tests (which, it learns one at a time), and the workers keep
+        # the cores busy already.
+        collected = [] if hasattr(config, "workerinput") else _collected_for(conformance_target, request)
+        conformance_target.open(context, collected)
+        yield conformance_target
     finally:
-        ctx.close()
+        conformance_target.close()
         if not config.getoption("conformance_keep_data"):
             # The datasets are a pure function of the options (a rerun makes them again); derived from a
             # user's large samples they take gigabytes, and pytest keeps its last three temporary folders.
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _collected_for(target, request: pytest.FixtureRequest) -> list[str]:
+    """The property ids collected for ``target``, in run order."""
+    mine = (target.kind, target.spec)
+    return [
+        item.callspec.params["property_id"]
+        for item in request.session.items
+        if hasattr(item, "callspec")
+        and _normalized(item.callspec.params.get("conformance_target")) == _normalized(mine)
+    ]
+
+
 def test_property(conformance_context, property_id: str, request: pytest.FixtureRequest) -> None:
     """Every claim of one conformance property holds for the target (advice is reported, not failed)."""
     prop: Property = get_property(property_id)
-    result = run_property(prop, conformance_context, expected_failures=claim_expectations(request.config))
-    record = {
-        **result.to_dict(),
-        "number": prop.number,
-        "title": prop.title,
-        "kind": conformance_context.target.kind,
-    }
+    target = conformance_context
+    collected = _collected_for(target, request)
+    after = collected[collected.index(property_id) + 1 :] if property_id in collected else []
+    result = target.run(property_id, claim_expectations(request.config), after)
+    record = {**result.to_dict(), "number": prop.number, "title": prop.title, "kind": target.kind}
     request.node.user_properties.append(("conformance_result", json.dumps(record, default=str)))
     head = f"property {prop.number} ({prop.title})"
     if result.verdict == "skip":
@@ -104,9 +108,7 @@ def test_property(conformance_context, property_id: str, request: pytest.Fixture
     if result.verdict == "xfail":
         pytest.xfail(f"{head}: {result.message}")
     if result.verdict in ("fail", "error"):
-        counted = (
-            ("fail", "error", "advice", "inconclusive") if conformance_context.strict else ("fail", "error")
-        )
+        counted = ("fail", "error", "advice", "inconclusive") if target.strict else ("fail", "error")
         failed = [c for c in result.claims if c.verdict in counted]
         count = f"{len(failed)} claim{'s' if len(failed) != 1 else ''}"
         what = "failed" if result.verdict == "fail" else "could not be checked (a defect of the suite)"

@@ -1,0 +1,255 @@
+"""The judge outlives the code it judges: real ``pytest --cooker/--task-encoder/--wrapper`` runs (fresh
+interpreters, from an empty folder) on targets that end, crash or hang the process running them, or leave
+threads, processes and files behind (tests/conformance_zoo/unruly.py). Each must end in bounded time with
+the verdict named here, nothing still running afterwards, nothing unnamed in the folder it ran in, and
+never a "defect of the suite"."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).parents[1]
+ZOO = "tests.conformance_zoo.unruly"
+
+
+def _run(cwd: Path, *args: str, timeout: float = 420) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """The run, its seconds, and the processes it left running (found by a variable only its processes
+    carry, whatever session or parent they moved to)."""
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(REPO), "UNRULY_RUN": marker}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--conformance-profile",
+            "quick",
+            *args,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    seconds = time.monotonic() - started
+    time.sleep(0.5)
+    return run, seconds, _carrying(f"UNRULY_RUN={marker}".encode())
+
+
+def _carrying(needle: bytes) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+        except (OSError, IndexError):
+            continue
+        if needle in environ.split(b"\0") and state != "Z":
+            found.append(f"{entry.name}: {command.decode('utf-8', 'replace')}")
+    return found
+
+
+def _no_suite_defect(run: subprocess.CompletedProcess) -> None:
+    assert "defect of the suite" not in run.stdout and "defect of the conformance suite" not in run.stdout, (
+        run.stdout[-4000:]
+    )
+    assert "INTERNALERROR" not in run.stdout + run.stderr, (run.stdout + run.stderr)[-4000:]
+
+
+def test_os_exit_in_batch_fails_naming_the_call_and_leaves_no_rank_running(tmp_path: Path) -> None:
+    run, _, left = _run(
+        tmp_path,
+        "--task-encoder",
+        f"{ZOO}:ExitsInBatch",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "batch",
+        "--conformance-property",
+        "sharding",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "[crash]" in run.stdout and "exited with status 0 during" in run.stdout, run.stdout[-4000:]
+    _no_suite_defect(run)
+    assert not left, left
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_segfault_is_named_with_its_signal_and_stack_and_writes_no_core_file(tmp_path: Path) -> None:
+    run, _, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ZOO}:SEGFAULTS",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "keys",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "killed by signal SIGSEGV during cooking the clean sample" in run.stdout, run.stdout[-4000:]
+    assert "_cook_segfaults" in run.stdout  # the stack names the target's frame
+    # one root cause once: keys, in a fresh process, crashes the same way and points to accepted
+    assert "as it did in property accepted" in run.stdout or "blocked by accepted/" in run.stdout, run.stdout[
+        -4000:
+    ]
+    _no_suite_defect(run)
+    assert not left, left
+    assert list(tmp_path.iterdir()) == []  # no core file
+
+
+def test_a_deadlocked_wrapper_next_is_named_within_its_budget_with_the_stuck_stack(tmp_path: Path) -> None:
+    run, seconds, left = _run(
+        tmp_path,
+        "--wrapper",
+        f"{ZOO}:DeadlocksOnFifthNext",
+        "--conformance-property",
+        "wrapper",
+        "--conformance-call-timeout",
+        "10",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "next() of the wrapper" in run.stdout and "did not return within 10 s" in run.stdout, run.stdout[
+        -4000:
+    ]
+    assert "in __next__" in run.stdout  # the stuck thread's stack
+    assert seconds < 240, seconds
+    _no_suite_defect(run)
+    assert not left, left
+
+
+def test_a_non_daemon_thread_left_running_fails_conduct_threads(tmp_path: Path) -> None:
+    run, seconds, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ZOO}:STARTS_THREAD",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "keys",
+        "--conformance-property",
+        "conduct",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert (
+        "[crash] conduct/threads: after property accepted: thread 'prefetch' (not a daemon) is still running"
+        in run.stdout
+    ), run.stdout[-4000:]
+    assert "unruly.py" in run.stdout and "in _prefetch_forever" in run.stdout  # where it is
+    assert seconds < 120, seconds
+    _no_suite_defect(run)
+    assert not left, left
+
+
+def test_helper_processes_never_waited_for_fail_conduct_processes_and_are_ended(tmp_path: Path) -> None:
+    run, _, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ZOO}:STARTS_HELPERS",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "conduct",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert run.stdout.count("time.sleep(3600)) is still running; the suite ended it") == 3, run.stdout[-4000:]
+    _no_suite_defect(run)
+    assert not left, left
+
+
+def test_debug_files_written_into_the_users_folder_are_advice_naming_them(tmp_path: Path) -> None:
+    run, _, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ZOO}:WRITES_DEBUG_FILES",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "conduct",
+    )
+    assert run.returncode == 0, run.stdout[-4000:]
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written and all(n.startswith("debug_") for n in written), written  # each cooking process's first
+    for name in written:
+        assert f"{tmp_path / name} (written)" in run.stdout, run.stdout[-4000:]
+    assert "conduct/files" in run.stdout
+    _no_suite_defect(run)
+    assert not left, left
+
+
+def test_a_target_that_closes_stdout_is_judged_as_usual(tmp_path: Path) -> None:
+    run, _, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ZOO}:CLOSES_STDOUT",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "keys",
+        "--conformance-property",
+        "conduct",
+    )
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "3 passed" in run.stdout, run.stdout[-4000:]
+    _no_suite_defect(run)
+    assert not left, left
+
+
+def test_a_correct_target_leaves_nothing_in_the_folder_or_the_temporary_directory(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # a temporary directory of its own, with a short path as /tmp has (multiprocessing's sockets live there)
+    temp = Path(tempfile.mkdtemp(prefix="cft"))
+    request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    env_tmp = {"TMPDIR": str(temp)}
+    marker = uuid.uuid4().hex
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--conformance-profile",
+            "quick",
+            "--cooker",
+            "primus_energon:PREENCODED_COOKER",
+            "--conformance-property",
+            "accepted",
+            "--conformance-property",
+            "sharding",
+            "--conformance-property",
+            "conduct",
+        ],
+        cwd=cwd,
+        env={**os.environ, **env_tmp, "PYTHONPATH": str(REPO), "UNRULY_RUN": marker},
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert list(cwd.iterdir()) == []
+    assert list(temp.iterdir()) == []  # no pytest-of-*, torchelastic_*, conformance-* folders
+    time.sleep(0.5)
+    assert not _carrying(f"UNRULY_RUN={marker}".encode())
