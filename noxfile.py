@@ -74,6 +74,8 @@ def conformance(session: nox.Session) -> None:
         "pytest",
         "-n",
         "2",
+        "--dist",
+        "loadgroup",
         "-p",
         "no:cacheprovider",
         "--conformance-report=reports/conformance",

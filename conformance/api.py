@@ -326,7 +326,9 @@ def check_cooker(
     Options: ``profile`` ("quick", "ci", "thorough"), ``seed``, ``encoding``, ``schema`` (file),
     ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice and
     inconclusive claims fail too),
-    ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``.
+    ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``, ``watch`` (the
+    folder watched for files the target writes, default the current one; None: not watched).
+    The target runs in this process (``pytest --cooker ...`` runs it in a supervised one instead).
     ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
     ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.
     """

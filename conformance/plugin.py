@@ -242,6 +242,9 @@ def pytest_configure(config: pytest.Config) -> None:
         Path(report_dir).mkdir(parents=True, exist_ok=True)
         config.option.xmlpath = str(Path(report_dir) / "junit.xml")
     config.addinivalue_line("markers", "conformance_property(id): a conformance property check")
+    config.addinivalue_line(
+        "markers", "xdist_group(name): pytest-xdist --dist loadgroup keeps a group on one worker"
+    )
     # Energon always asks for pinned memory; without an accelerator torch warns once per loader.
     config.addinivalue_line("filterwarnings", "ignore:.*pin_memory.*:UserWarning")
 
@@ -522,7 +525,16 @@ def _read_xfails(path: str) -> dict[str, str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _active(config) or not config.getoption(option_dest("xfails-file")):
+    if not _active(config):
+        return
+    # Under pytest-xdist with --dist loadgroup, each target's properties stay on one worker: set up once
+    # there (its supervised process, datasets and the children started ahead), not once per worker.
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        target = params.get("conformance_target")
+        if isinstance(target, tuple):
+            item.add_marker(pytest.mark.xdist_group(name=f"{target[0]}:{target[1]}"))
+    if not config.getoption(option_dest("xfails-file")):
         return
     entries = _read_xfails(config.getoption(option_dest("xfails-file")))
     claims = claim_expectations(config)

@@ -17,8 +17,11 @@ parent side is :mod:`primus_energon.conformance.subprocesses`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 
 __all__ = ["CHILDREN", "main"]
@@ -52,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = resolve_target(options.spec, kind=options.kind, input_form=options.input_form)
     gc.freeze()  # as in make_context: Energon's gc.collect() before each fork then skips the imports
     modules[options.command].run_child(target, options)
+    # Done: a thread the target left running (not a daemon) must not keep this process from exiting, which
+    # the parent would wait out as a hang; the parent's conduct property names such threads.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -314,7 +314,13 @@ class SupervisedTarget:
         """Make the context (datasets, children started ahead for ``remaining`` properties) in the worker."""
         self._context = dict(context)
         self.strict = bool(context.get("strict"))
-        self._open(remaining)
+        try:
+            if self.supervisor is None or self.supervisor.child.process.poll() is not None:
+                self._restart(remaining)  # pytest closed this target before (its tests interleave)
+            else:
+                self._open(remaining)
+        except WorkerGone:
+            self._drop()  # the first property run starts a worker again, and reports how it stops
 
     def _open(self, remaining: list[str]) -> None:
         assert self.supervisor is not None and self._context is not None
