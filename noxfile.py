@@ -74,8 +74,6 @@ def conformance(session: nox.Session) -> None:
         "pytest",
         "-n",
         "2",
-        "--dist",
-        "loadgroup",
         "-p",
         "no:cacheprovider",
         "--conformance-report=reports/conformance",

@@ -48,6 +48,7 @@ def make_context(
     call_timeout_s: float | None = None,
     resume_hooks: str | Sequence[str] | None = None,
     watch: str | Path | None = ".",
+    watch_exclude: Sequence[str | Path] = (),
 ) -> CheckContext:
     # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
@@ -71,6 +72,7 @@ def make_context(
         strict=strict,
         resume_hooks=parse_resume_hooks(resume_hooks),
         watched_folder=Path(watch).resolve() if watch is not None else None,
+        watch_exclude=tuple(str(Path(p).resolve()) for p in watch_exclude),
         **timeouts,
     )
     problem = ctx.format_problem()
@@ -146,7 +148,7 @@ def run_property(
     finally:
         ctx.release(prop.id)  # its children, if it started any, are done with (or it was blocked)
         if before is not None:
-            left = conduct.observe(before, exclude=(ctx.workspace.root,))
+            left = conduct.observe(before, exclude=(ctx.workspace.root, *ctx.watch_exclude))
             ctx.cached(OBSERVATIONS, list).append((prop.id, left))
     _apply_expected(result, expected_failures or {})
     _conclude(result, ctx, prop)

@@ -12,6 +12,7 @@ import gc
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -109,7 +110,7 @@ def observe(before: Snapshot, *, exclude: tuple[str | os.PathLike, ...] = ()) ->
                 f"{before.folder} has more than {WATCH_LIMIT} entries; writes into it were not watched"
             )
         else:
-            skip = tuple(str(Path(p).resolve()) for p in exclude)
+            skip = tuple(str(Path(p).resolve()) for p in exclude) + _suite_temporaries()
             changed = sorted(
                 path
                 for path in set(before.files) | set(after)
@@ -121,6 +122,20 @@ def observe(before: Snapshot, *, exclude: tuple[str | os.PathLike, ...] = ()) ->
                 )
                 out.files.append(f"{path} ({what})")
     return out
+
+
+#: what the suite and the libraries it runs create in the temporary directory (its own folders, a supervised
+#: process's private one, multiprocessing's and torch.distributed's): never the target's writes
+_SUITE_TEMP_PREFIXES = ("conformance-", "cf-", "pymp-", "torchelastic_", "tmp")
+
+
+def _suite_temporaries() -> tuple[str, ...]:
+    """Path prefixes of the suite's own temporary files, for a watched folder that is (or holds) the
+    temporary directory; this process's temporary directory itself where it is a private one (``cf-``)."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    if temp.name.startswith("cf-"):
+        return (str(temp),)
+    return tuple(str(temp / prefix) for prefix in _SUITE_TEMP_PREFIXES)
 
 
 def _where(thread: threading.Thread) -> str:

@@ -43,6 +43,8 @@ class CheckContext:
     resume_hooks: tuple[str, ...] = ()
     #: the folder the target runs in, watched for files its code writes (None: not watched)
     watched_folder: Path | None = None
+    #: folders under it that are the suite's own (its scratch folder), never reported
+    watch_exclude: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     #: why samples could not be read (decoder errors), for claims that examined nothing
     read_errors: list[str] = field(default_factory=list)

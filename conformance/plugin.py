@@ -30,6 +30,7 @@ __all__ = [
     "claim_expectations",
     "target_options",
     "supervised_target",
+    "scratch_folder",
 ]
 
 SUITE = Path(__file__).parent / "suite" / "test_conformance.py"
@@ -460,6 +461,11 @@ def supervised_target(config: pytest.Config, kind: str, spec: str) -> Any:
     return config.stash[_TARGETS_KEY][(kind, _normalized(spec))]
 
 
+def scratch_folder(config: pytest.Config) -> Path:
+    """The run's own temporary folder (removed when pytest ends)."""
+    return config.stash[_SCRATCH_KEY]
+
+
 def _close_targets(config: pytest.Config) -> None:
     for target in config.stash.get(_TARGETS_KEY, {}).values():
         target.close()
@@ -527,13 +533,6 @@ def _read_xfails(path: str) -> dict[str, str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _active(config):
         return
-    # Under pytest-xdist with --dist loadgroup, each target's properties stay on one worker: set up once
-    # there (its supervised process, datasets and the children started ahead), not once per worker.
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        target = params.get("conformance_target")
-        if isinstance(target, tuple):
-            item.add_marker(pytest.mark.xdist_group(name=f"{target[0]}:{target[1]}"))
     if not config.getoption(option_dest("xfails-file")):
         return
     entries = _read_xfails(config.getoption(option_dest("xfails-file")))

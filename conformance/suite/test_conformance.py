@@ -9,7 +9,12 @@ import shutil
 
 import pytest
 
-from primus_energon.conformance.plugin import claim_expectations, option_dest, supervised_target
+from primus_energon.conformance.plugin import (
+    claim_expectations,
+    option_dest,
+    scratch_folder,
+    supervised_target,
+)
 from primus_energon.conformance.properties import Property, get_property, properties_for
 from primus_energon.conformance.specs import format_spec, parse_spec, short_name
 
@@ -65,6 +70,7 @@ def conformance_context(
         "resume_hooks": config.getoption("resume_hooks"),
         "call_timeout_s": config.getoption("conformance_call_timeout"),
         "watch": str(config.invocation_params.dir),
+        "watch_exclude": [str(scratch_folder(config))],
     }
     try:
         # The properties collected for this target (after -k and --conformance-property) start their child
