@@ -232,9 +232,13 @@ def _active(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
+    _check_usage(config)
     _keep_out_of_the_users_folder(config)
     _end_on_sigterm()
-    _check_usage(config)
+    problems = _start_targets(config)
+    if problems:
+        _close_targets(config)
+        raise pytest.UsageError("\n".join(problems))
     config.stash[_RESULTS_KEY] = []
     # Collect the suite instead of the invocation directory's own tests.
     config.args[:] = [str(SUITE)]
@@ -397,10 +401,6 @@ def _check_usage(config: pytest.Config) -> None:
     if xfails and not Path(xfails).is_file():
         problems.append(f"--conformance-xfails-file {xfails}: no such file")
     if problems:
-        raise pytest.UsageError("\n".join(problems))
-    problems = _start_targets(config)
-    if problems:
-        _close_targets(config)
         raise pytest.UsageError("\n".join(problems))
 
 

@@ -112,9 +112,9 @@ def test_the_run_leaves_nothing_in_the_users_folder_but_the_report(tmp_path: Pat
 
 @pytest.mark.slow
 def test_wrappers_get_the_wrapper_and_restart_properties_only(tmp_path: Path) -> None:
-    """--wrapper collects two tests per wrapper (its contract, and resume as training resumes); the reference
-    passes both, a wrapper that spins on an empty loader and passes Energon's bare state through fails both,
-    and the run ends without a child process left."""
+    """--wrapper collects three tests per wrapper (its contract, resume as training resumes, and what it
+    leaves behind); the reference passes all three, a wrapper that spins on an empty loader and passes
+    Energon's bare state through fails the first two, and the run ends without a child process left."""
     run = _pytest(
         tmp_path,
         "--wrapper",
@@ -129,7 +129,8 @@ def test_wrappers_get_the_wrapper_and_restart_properties_only(tmp_path: Path) ->
     assert "test_property[SpinningWrapper-wrapper] FAILED" in run.stdout
     assert "test_property[SpinningWrapper-restart] FAILED" in run.stdout
     assert "[crash] wrapper/empty" in run.stdout and "[resume] restart/world_size" in run.stdout
-    assert "MegatronDataloaderWrapper-accepted" not in run.stdout and "2 failed, 2 passed" in run.stdout
+    assert "test_property[MegatronDataloaderWrapper-conduct] PASSED" in run.stdout
+    assert "MegatronDataloaderWrapper-accepted" not in run.stdout and "2 failed, 4 passed" in run.stdout
 
 
 def test_plugin_stays_out_of_the_way_without_its_options(tmp_path: Path) -> None:
