@@ -391,6 +391,17 @@ class SupervisedTarget:
             self.supervisor.close()
             self.supervisor = None
 
+    def release(self) -> None:
+        """End the context (pytest is done with this target for now) and keep the process for the next:
+        under pytest-xdist a target's tests interleave with others', and each set-up would otherwise import
+        torch and Energon again."""
+        if self.supervisor is None or self.supervisor.child.process.poll() is not None:
+            return
+        try:
+            self.supervisor.request({"op": "release"}, timeout_s=120.0, what="ending the checks' processes")
+        except WorkerGone:
+            self._drop()
+
     def close(self) -> None:
         if self.supervisor is not None:
             self.supervisor.close()

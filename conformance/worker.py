@@ -10,6 +10,7 @@ The pytest process gives the verdicts and never runs a target's code; it starts 
 * ``{"op": "context", ...make_context options, "prestart": [property ids]}``: make the datasets and start
   the properties' child processes ahead; ``{"ok": true, "reproduce": {property id: command}}``;
 * ``{"op": "run", "property", "expected"}``: one property; ``{"result": PropertyResult.to_dict()}``;
+* ``{"op": "release"}``: end the context's children, keep the target for another context;
 * ``{"op": "close"}``: end the context's children and exit.
 
 What it is doing meanwhile (property, claim, call into the target) is published as breadcrumbs; a stack
@@ -74,6 +75,7 @@ class _Worker:
 
         options = dict(request)
         options.pop("op")
+        self.release()  # a context made before (pytest set this target up again)
         wanted = set(options.pop("prestart", []))
         accepted = options.pop("accepted", None)
         observations = options.pop("observations", None) or []
@@ -106,9 +108,15 @@ class _Worker:
         left = dataclasses.asdict(seen[-1][1]) if len(seen) > before else None
         return {"result": result.to_dict(), "leftovers": left}
 
-    def close(self) -> dict[str, Any]:
+    def release(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """End the context (its children, its datasets' use); the target stays built for the next one."""
         if self.ctx is not None:
             self.ctx.close()
+            self.ctx = None
+        return {"released": True}
+
+    def close(self) -> dict[str, Any]:
+        self.release()
         return {"closed": True}
 
 
@@ -148,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         request = json.loads(line)
         op = request.get("op")
         try:
-            reply = getattr(worker, op)(request) if op in ("resolve", "context", "run") else worker.close()
+            served = op in ("resolve", "context", "run", "release")
+            reply = getattr(worker, op)(request) if served else worker.close()
         except BaseException as error:  # noqa: BLE001 -- told to the supervisor, which judges it
             reply = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-4000:]}
         _send(options.replies, reply)

@@ -81,7 +81,7 @@ def conformance_context(
         conformance_target.open(context, collected)
         yield conformance_target
     finally:
-        conformance_target.close()
+        conformance_target.release()  # the process stays for a later set-up; pytest ends it at exit
         if not config.getoption("conformance_keep_data"):
             # The datasets are a pure function of the options (a rerun makes them again); derived from a
             # user's large samples they take gigabytes, and pytest keeps its last three temporary folders.
