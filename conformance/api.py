@@ -292,19 +292,73 @@ def _check(
     target: Target, properties: Iterable[str] | None, expected_failures: dict[str, str] | None, **options: Any
 ) -> list[PropertyResult]:
     wanted = set(properties) if properties is not None else None
+    selected = [
+        prop
+        for prop in PROPERTIES
+        if (wanted is None and target.kind in prop.applies_to) or (wanted is not None and prop.id in wanted)
+    ]
+    if options.pop("supervised", False):
+        return _check_supervised(target, selected, expected_failures, **options)
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
         ctx = make_context(target, workdir=options.pop("workdir", None) or tmp, **options)
-        selected = [
-            prop
-            for prop in PROPERTIES
-            if (wanted is None and target.kind in prop.applies_to)
-            or (wanted is not None and prop.id in wanted)
-        ]
         try:
             prestart(ctx, selected)
             return [run_property(prop, ctx, expected_failures=expected_failures) for prop in selected]
         finally:
             ctx.close()
+
+
+def _check_supervised(
+    target: Target, selected: list[Property], expected_failures: dict[str, str] | None, **options: Any
+) -> list[PropertyResult]:
+    """:func:`_check` with the target in a supervised process of its own, as the pytest plugin runs it (see
+    :mod:`~primus_energon.conformance.supervision`): a target that ends, crashes or hangs that process is a
+    verdict, never the caller's end."""
+    from .supervision import SupervisedTarget
+
+    with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
+        resolve = {
+            "options": {
+                "input_form": target.input_form,
+                "packing_buffer_size": target.packing_buffer_size,
+                "batch_size": target.batch_size,
+            },
+            "resume_hooks": options.get("resume_hooks"),
+            "encoding": options.get("encoding"),
+            "schema": _as_list(options.get("schema")),
+            "dataset": options.get("dataset"),
+            "profile": options.get("profile", "ci"),
+        }
+        supervised = SupervisedTarget(
+            target.kind,
+            target.spec,
+            resolve=resolve,
+            folder=Path(tmp) / "targets",
+            call_timeout_s=float(options.get("call_timeout_s") or 60.0),
+        )
+        try:
+            problem = supervised.start()
+            if problem is not None:
+                raise ValueError(
+                    f"{target.describe()} cannot run supervised: {problem} (a supervised target is rebuilt from "
+                    "its MODULE:ATTR spec in a fresh process)"
+                )
+            context = {"workdir": str(options.pop("workdir", None) or Path(tmp) / "data"), **options}
+            context["schema"] = _as_list(context.get("schema"))
+            ids = [prop.id for prop in selected]
+            supervised.open(context, ids)
+            return [
+                supervised.run(prop.id, dict(expected_failures or {}), ids[index + 1 :])
+                for index, prop in enumerate(selected)
+            ]
+        finally:
+            supervised.close()
+
+
+def _as_list(schema: str | Sequence[str] | None) -> list[str]:
+    if not schema:
+        return []
+    return [str(schema)] if isinstance(schema, (str, Path)) else [str(s) for s in schema]
 
 
 def check_cooker(
@@ -329,8 +383,10 @@ def check_cooker(
     ``dataset`` (a prepared dataset, read only), ``min_samples_per_s``, ``strict`` (advice and
     inconclusive claims fail too),
     ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``, ``watch`` (the
-    folder watched for files the target writes, default the current one; None: not watched).
-    The target runs in this process (``pytest --cooker ...`` runs it in a supervised one instead).
+    folder watched for files the target writes, default the current one; None: not watched),
+    ``supervised`` (default False: the target runs in this process; True: in a supervised process of its
+    own, as ``pytest --cooker ...`` runs it, so that a target that exits, crashes or hangs is a verdict;
+    the target must then be given as an importable ``"module:attr"``).
     ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
     ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.
     """

@@ -284,3 +284,29 @@ def test_an_interrupted_run_leaves_no_process_running(tmp_path: Path, signum: in
     left = _carrying(needle)
     assert not left, (started, left, output[-3000:])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_python_api_supervised_reports_a_crash_and_the_caller_lives_on(tmp_path: Path) -> None:
+    """check_cooker(..., supervised=True) runs the target as the plugin does: the segfault is a verdict of
+    the property it happened in, not the end of the calling process; a correct target passes the same way."""
+    from primus_energon.conformance import check_cooker
+
+    (accepted, keys) = check_cooker(
+        f"{ZOO}:SEGFAULTS",
+        properties=["accepted", "keys"],
+        profile="quick",
+        supervised=True,
+        workdir=tmp_path,
+    )
+    assert accepted.verdict == "fail", accepted.message
+    loads = accepted.claim("accepted/loads")
+    assert loads.verdict == "fail" and loads.harm == "crash", loads.message
+    assert "killed by signal SIGSEGV during cooking the clean sample" in loads.message
+    assert keys.verdict == "skip", keys.message  # blocked by accepted, once
+    correct = check_cooker(
+        "primus_energon:PREENCODED_COOKER",
+        properties=["accepted", "keys", "conduct"],
+        profile="quick",
+        supervised=True,
+    )
+    assert [r.verdict for r in correct] == ["pass", "pass", "pass"], [r.message for r in correct]
