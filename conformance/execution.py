@@ -91,7 +91,13 @@ def take(loader: Any, count: int, *, what: str) -> list[Any]:
     with target_call(what):
         if iterator is None:
             iterator = iter(loader)
-        return [next(iterator) for _ in range(count)]
+        out = []
+        for index in range(count):
+            # each batch its own call for the supervisor's per-call budget (a slow target's 16 batches may
+            # take minutes together; one batch that never comes is the hang)
+            with breadcrumbs.mark(call=f"{what} (batch {index + 1} of {count})"):
+                out.append(next(iterator))
+        return out
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from megatron.energon import TaskEncoder
 
+from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
 from .payloads import KEY, Payload, Trace, identity, payloads, trace
@@ -52,6 +53,10 @@ class Delivered:
         return f"the real loader (num_workers={self.num_workers}, batch size {self.batch_size})"
 
 
+#: the end of a loader's iteration (next()'s default)
+_END = object()
+
+
 def delivered_batches(
     ctx: CheckContext, path: Path, *, num_workers: int, batch_size: int, max_batches: int
 ) -> Delivered:
@@ -61,11 +66,15 @@ def delivered_batches(
     loader = build_loader(ctx.target, path, batch_size=batch_size, num_workers=num_workers, seed=ctx.seed)
     batches: list[Any] = []
     with closing(loader):
-        with target_call(f"iterating the target's loader (num_workers={num_workers})"):
-            for batch in loader:
-                batches.append(batch)
-                if len(batches) >= max_batches:
+        what = f"iterating the target's loader (num_workers={num_workers})"
+        with target_call(what):
+            iterator = iter(loader)
+            while len(batches) < max_batches:
+                with breadcrumbs.mark(call=f"{what}, batch {len(batches) + 1}"):  # a budget per batch
+                    batch = next(iterator, _END)
+                if batch is _END:
                     break
+                batches.append(batch)
     return Delivered(num_workers, batch_size, batches)
 
 

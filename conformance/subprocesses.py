@@ -201,12 +201,15 @@ def start(
     cwd: str | None = None,
     pass_fds: Sequence[int] = (),
     die_with_parent: bool = False,
+    memory_cap: bool = True,
 ) -> Child:
     """Start ``args`` (a full command) in a new session, tagged (see :data:`CHILD_TAG_VARIABLE`) so that
     :func:`stop` can end it and every process it starts, with its address space capped
     (:func:`child_memory_cap`) and no core files. A child's tag extends the tag of the process starting
     it, so stopping a process also stops the children the suite started from it. ``die_with_parent``:
-    the kernel kills it when this thread's process dies (only for children started from the main thread)."""
+    the kernel kills it when this thread's process dies (only for children started from the main thread).
+    ``memory_cap=False``: no address-space cap (the supervised process, which runs the target as the caller's
+    own process did: a CUDA context alone reserves more address space than any cap would allow)."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     inherited = os.environ.get(CHILD_TAG_VARIABLE)
     tag = f"{inherited}.{uuid.uuid4().hex}" if inherited else uuid.uuid4().hex
@@ -219,7 +222,7 @@ def start(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         pass_fds=tuple(pass_fds),
-        preexec_fn=_preexec(child_memory_cap(), die_with_parent),
+        preexec_fn=_preexec(child_memory_cap() if memory_cap else None, die_with_parent),
     )
     return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
 

@@ -91,6 +91,7 @@ class Supervisor:
                 env=child_env(TMPDIR=str(self.tmp)),
                 pass_fds=(to_child_r, from_child_w),
                 die_with_parent=True,
+                memory_cap=False,
             )
         finally:
             os.close(to_child_r)

@@ -28,6 +28,7 @@ from torch.utils.data._utils.collate import default_convert
 from primus_energon import MegatronDataloaderWrapper, ResumeUncheckedWarning
 from primus_energon.resume import unpack_state
 
+from .. import breadcrumbs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
@@ -118,7 +119,11 @@ def _restore_key(batch: Any) -> Any:
 
 def _take(iterator: Iterator[Any], count: int) -> list[Any]:
     with target_call("iterating the restored loader"):
-        return [fingerprint(next(iterator)) for _ in range(count)]
+        out = []
+        for index in range(count):
+            with breadcrumbs.mark(call=f"iterating the restored loader (batch {index + 1} of {count})"):
+                out.append(fingerprint(next(iterator)))
+        return out
 
 
 def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int], length: int) -> _Reference:

@@ -121,3 +121,13 @@ def _cook_closes_stdout(sample: dict) -> Any:
 
 #: closes sys.stdout on its second sample; otherwise correct
 CLOSES_STDOUT = Cooker(_cook_closes_stdout, has_subflavors=_PREENCODED)
+
+
+@stateless
+def _cook_slowly(sample: dict) -> Any:
+    time.sleep(0.4)  # a heavy decode: slow, but every call returns
+    return PREENCODED_COOKER.cook(sample)
+
+
+#: correct, and slow (0.4 s a sample): many batches together outlast a short call budget, none alone does
+SLOW_BUT_STEADY = Cooker(_cook_slowly, has_subflavors=_PREENCODED)
