@@ -183,7 +183,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=60.0,
         type=float,
         metavar="S",
-        help="seconds one call into the target (a cook, a TaskEncoder stage, a loader's first batch, a wrapper's "
+        help="seconds one call into the target (a cook, a TaskEncoder stage, each batch of a loader, a wrapper's "
         "next()) may take; past it the call is reported as a hang, with the stack of the stuck thread (default 60)",
     )
     group.addoption(
