@@ -314,21 +314,21 @@ def _check_supervised(
     """:func:`_check` with the target in a supervised process of its own, as the pytest plugin runs it (see
     :mod:`~primus_energon.conformance.supervision`): a target that ends, crashes or hangs that process is a
     verdict, never the caller's end."""
-    from .supervision import SupervisedTarget
+    from .supervision import SupervisedTarget, resolve_request
 
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
-        resolve = {
-            "options": {
+        resolve = resolve_request(
+            target_options={
                 "input_form": target.input_form,
                 "packing_buffer_size": target.packing_buffer_size,
                 "batch_size": target.batch_size,
             },
-            "resume_hooks": options.get("resume_hooks"),
-            "encoding": options.get("encoding"),
-            "schema": _as_list(options.get("schema")),
-            "dataset": options.get("dataset"),
-            "profile": options.get("profile", "ci"),
-        }
+            resume_hooks=options.get("resume_hooks"),
+            encoding=options.get("encoding"),
+            schema=_as_list(options.get("schema")),
+            dataset=options.get("dataset"),
+            profile=options.get("profile", "ci"),
+        )
         supervised = SupervisedTarget(
             target.kind,
             target.spec,

@@ -408,16 +408,16 @@ def _start_targets(config: pytest.Config) -> list[str]:
     """Start one supervised process per target (the targets' code never runs in this one) and build each
     target there; the usage problems (a target that does not import, is of the wrong kind, whose data
     format is unknown, whose resume hooks do not import), one line each."""
-    from .supervision import SupervisedTarget
+    from .supervision import SupervisedTarget, resolve_request
 
-    resolve = {
-        "options": target_options(config),
-        "resume_hooks": config.getoption("resume_hooks", None),
-        "encoding": config.getoption(option_dest("encoding")),
-        "schema": config.getoption(option_dest("schema")) or [],
-        "dataset": config.getoption(option_dest("dataset")),
-        "profile": config.getoption("conformance_profile"),
-    }
+    resolve = resolve_request(
+        target_options=target_options(config),
+        resume_hooks=config.getoption("resume_hooks", None),
+        encoding=config.getoption(option_dest("encoding")),
+        schema=config.getoption(option_dest("schema")) or [],
+        dataset=config.getoption(option_dest("dataset")),
+        profile=config.getoption("conformance_profile"),
+    )
     folder = config.stash[_SCRATCH_KEY] / "targets"
     targets: dict[tuple[str, str], SupervisedTarget] = {}
     config.stash[_TARGETS_KEY] = targets

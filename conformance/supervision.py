@@ -31,7 +31,14 @@ from . import breadcrumbs
 from .results import ClaimResult, PropertyResult
 from .subprocesses import Child, child_env, start, stop
 
-__all__ = ["WorkerGone", "Supervisor", "SupervisedTarget", "gone_result", "DEFAULT_PROPERTY_TIMEOUT_S"]
+__all__ = [
+    "WorkerGone",
+    "Supervisor",
+    "SupervisedTarget",
+    "resolve_request",
+    "gone_result",
+    "DEFAULT_PROPERTY_TIMEOUT_S",
+]
 
 #: seconds one property may take in all (the restart property's torch.distributed runs take the longest)
 DEFAULT_PROPERTY_TIMEOUT_S = 1200.0
@@ -239,6 +246,27 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return str(number)
+
+
+def resolve_request(
+    *,
+    target_options: dict[str, Any],
+    resume_hooks: str | None,
+    encoding: str | None,
+    schema: list[str],
+    dataset: str | None,
+    profile: str,
+) -> dict[str, Any]:
+    """What a supervised process needs to build a target and check its data format (the ``resolve`` of
+    :class:`SupervisedTarget`): ``target_options`` are ``resolve_target``'s keyword arguments."""
+    return {
+        "options": dict(target_options),
+        "resume_hooks": resume_hooks,
+        "encoding": encoding,
+        "schema": list(schema),
+        "dataset": dataset,
+        "profile": profile,
+    }
 
 
 class SupervisedTarget:

@@ -24,11 +24,13 @@ REPO = Path(__file__).parents[1]
 ZOO = "tests.conformance_zoo.unruly"
 
 
-def _run(cwd: Path, *args: str, timeout: float = 420) -> tuple[subprocess.CompletedProcess, float, list[str]]:
-    """The run, its seconds, and the processes it left running (found by a variable only its processes
-    carry, whatever session or parent they moved to)."""
+def _run(
+    cwd: Path, *args: str, timeout: float = 420, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """The run (``env`` added to this process's environment), its seconds, and the processes it left
+    running (found by a variable only its processes carry, whatever session or parent they moved to)."""
     marker = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONPATH": str(REPO), "UNRULY_RUN": marker}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO), "UNRULY_RUN": marker}
     env.pop("PYTEST_XDIST_WORKER", None)
     started = time.monotonic()
     run = subprocess.run(
@@ -52,6 +54,15 @@ def _run(cwd: Path, *args: str, timeout: float = 420) -> tuple[subprocess.Comple
     seconds = time.monotonic() - started
     time.sleep(0.5)
     return run, seconds, _carrying(f"UNRULY_RUN={marker}".encode())
+
+
+def _run_target(
+    cwd: Path, option: str, name: str, properties: list[str], *extra: str
+) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """:func:`_run` on the zoo target ``name`` (``--cooker``/``--task-encoder``/``--wrapper``), for these
+    properties only."""
+    selected = [arg for prop in properties for arg in ("--conformance-property", prop)]
+    return _run(cwd, option, f"{ZOO}:{name}", *selected, *extra)
 
 
 def _carrying(needle: bytes) -> list[str]:
@@ -78,17 +89,7 @@ def _no_suite_defect(run: subprocess.CompletedProcess) -> None:
 
 
 def test_os_exit_in_batch_fails_naming_the_call_and_leaves_no_rank_running(tmp_path: Path) -> None:
-    run, _, left = _run(
-        tmp_path,
-        "--task-encoder",
-        f"{ZOO}:ExitsInBatch",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "batch",
-        "--conformance-property",
-        "sharding",
-    )
+    run, _, left = _run_target(tmp_path, "--task-encoder", "ExitsInBatch", ["accepted", "batch", "sharding"])
     assert run.returncode == 1, run.stdout[-4000:]
     assert "[crash]" in run.stdout and "exited with status 0 during" in run.stdout, run.stdout[-4000:]
     _no_suite_defect(run)
@@ -97,15 +98,7 @@ def test_os_exit_in_batch_fails_naming_the_call_and_leaves_no_rank_running(tmp_p
 
 
 def test_a_segfault_is_named_with_its_signal_and_stack_and_writes_no_core_file(tmp_path: Path) -> None:
-    run, _, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:SEGFAULTS",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "keys",
-    )
+    run, _, left = _run_target(tmp_path, "--cooker", "SEGFAULTS", ["accepted", "keys"])
     assert run.returncode == 1, run.stdout[-4000:]
     assert "killed by signal SIGSEGV during cooking the clean sample" in run.stdout, run.stdout[-4000:]
     assert "_cook_segfaults" in run.stdout  # the stack names the target's frame
@@ -119,14 +112,8 @@ def test_a_segfault_is_named_with_its_signal_and_stack_and_writes_no_core_file(t
 
 
 def test_a_deadlocked_wrapper_next_is_named_within_its_budget_with_the_stuck_stack(tmp_path: Path) -> None:
-    run, seconds, left = _run(
-        tmp_path,
-        "--wrapper",
-        f"{ZOO}:DeadlocksOnFifthNext",
-        "--conformance-property",
-        "wrapper",
-        "--conformance-call-timeout",
-        "10",
+    run, seconds, left = _run_target(
+        tmp_path, "--wrapper", "DeadlocksOnFifthNext", ["wrapper"], "--conformance-call-timeout", "10"
     )
     assert run.returncode == 1, run.stdout[-4000:]
     assert "next() of the wrapper" in run.stdout and "did not return within 10 s" in run.stdout, run.stdout[
@@ -139,16 +126,9 @@ def test_a_deadlocked_wrapper_next_is_named_within_its_budget_with_the_stuck_sta
 
 
 def test_a_non_daemon_thread_left_running_fails_conduct_threads(tmp_path: Path) -> None:
-    run, seconds, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:STARTS_THREAD",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "determinism",  # its fresh processes end although the thread runs there too
-        "--conformance-property",
-        "conduct",
+    # determinism too: its fresh processes must end although the thread runs in them as well
+    run, seconds, left = _run_target(
+        tmp_path, "--cooker", "STARTS_THREAD", ["accepted", "determinism", "conduct"]
     )
     assert run.returncode == 1, run.stdout[-4000:]
     assert (
@@ -162,15 +142,7 @@ def test_a_non_daemon_thread_left_running_fails_conduct_threads(tmp_path: Path) 
 
 
 def test_helper_processes_never_waited_for_fail_conduct_processes_and_are_ended(tmp_path: Path) -> None:
-    run, _, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:STARTS_HELPERS",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "conduct",
-    )
+    run, _, left = _run_target(tmp_path, "--cooker", "STARTS_HELPERS", ["accepted", "conduct"])
     assert run.returncode == 1, run.stdout[-4000:]
     assert run.stdout.count("time.sleep(3600)) is still running; the suite ended it") == 3, run.stdout[-4000:]
     _no_suite_defect(run)
@@ -178,15 +150,7 @@ def test_helper_processes_never_waited_for_fail_conduct_processes_and_are_ended(
 
 
 def test_debug_files_written_into_the_users_folder_are_advice_naming_them(tmp_path: Path) -> None:
-    run, _, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:WRITES_DEBUG_FILES",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "conduct",
-    )
+    run, _, left = _run_target(tmp_path, "--cooker", "WRITES_DEBUG_FILES", ["accepted", "conduct"])
     assert run.returncode == 0, run.stdout[-4000:]
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written and all(n.startswith("debug_") for n in written), written  # each cooking process's first
@@ -198,17 +162,7 @@ def test_debug_files_written_into_the_users_folder_are_advice_naming_them(tmp_pa
 
 
 def test_a_target_that_closes_stdout_is_judged_as_usual(tmp_path: Path) -> None:
-    run, _, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:CLOSES_STDOUT",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "keys",
-        "--conformance-property",
-        "conduct",
-    )
+    run, _, left = _run_target(tmp_path, "--cooker", "CLOSES_STDOUT", ["accepted", "keys", "conduct"])
     assert run.returncode == 0, run.stdout[-4000:]
     assert "3 passed" in run.stdout, run.stdout[-4000:]
     _no_suite_defect(run)
@@ -223,37 +177,18 @@ def test_a_correct_target_leaves_nothing_in_the_folder_or_the_temporary_director
     request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
     cwd = tmp_path / "work"
     cwd.mkdir()
-    env_tmp = {"TMPDIR": str(temp)}
-    marker = uuid.uuid4().hex
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--conformance-profile",
-            "quick",
-            "--cooker",
-            "primus_energon:PREENCODED_COOKER",
-            "--conformance-property",
-            "accepted",
-            "--conformance-property",
-            "sharding",
-            "--conformance-property",
-            "conduct",
-        ],
-        cwd=cwd,
-        env={**os.environ, **env_tmp, "PYTHONPATH": str(REPO), "UNRULY_RUN": marker},
-        capture_output=True,
-        text=True,
-        timeout=420,
+    run, _, left = _run(
+        cwd,
+        "--cooker",
+        "primus_energon:PREENCODED_COOKER",
+        *("--conformance-property", "accepted", "--conformance-property", "sharding"),
+        *("--conformance-property", "conduct"),
+        env={"TMPDIR": str(temp)},
     )
     assert run.returncode == 0, run.stdout[-4000:]
     assert list(cwd.iterdir()) == []
     assert list(temp.iterdir()) == []  # no pytest-of-*, torchelastic_*, conformance-* folders
-    time.sleep(0.5)
-    assert not _carrying(f"UNRULY_RUN={marker}".encode())
+    assert not left, left
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -315,16 +250,8 @@ def test_the_python_api_supervised_reports_a_crash_and_the_caller_lives_on(tmp_p
 def test_a_slow_target_whose_every_call_returns_is_no_hang(tmp_path: Path) -> None:
     """The budget is per call (each batch of a loader), not per stretch of calls: a target at 0.4 s a sample
     passes under a 3 s budget although the checks' loops over many batches take longer than that."""
-    run, _, left = _run(
-        tmp_path,
-        "--cooker",
-        f"{ZOO}:SLOW_BUT_STEADY",
-        "--conformance-property",
-        "accepted",
-        "--conformance-property",
-        "resume",
-        "--conformance-call-timeout",
-        "3",
+    run, _, left = _run_target(
+        tmp_path, "--cooker", "SLOW_BUT_STEADY", ["accepted", "resume"], "--conformance-call-timeout", "3"
     )
     assert run.returncode == 0, run.stdout[-4000:]
     assert "did not return within" not in run.stdout
