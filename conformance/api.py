@@ -21,6 +21,7 @@ from .properties.conduct import OBSERVATIONS
 from .rendering import describe_error
 from .results import PropertyResult
 from .target import InputForm, Target, load_object, resolve_target
+from .transforms import Transform, parse_transforms
 
 __all__ = [
     "check_cooker",
@@ -49,6 +50,7 @@ def make_context(
     resume_hooks: str | Sequence[str] | None = None,
     watch: str | Path | None = ".",
     watch_exclude: Sequence[str | Path] = (),
+    transforms: Sequence[str | Transform] | str | None = None,
 ) -> CheckContext:
     # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
@@ -73,6 +75,7 @@ def make_context(
         resume_hooks=parse_resume_hooks(resume_hooks),
         watched_folder=Path(watch).resolve() if watch is not None else None,
         watch_exclude=tuple(str(Path(p).resolve()) for p in watch_exclude),
+        transforms=parse_transforms(transforms),
         **timeouts,
     )
     problem = ctx.format_problem()
@@ -345,6 +348,7 @@ def _check_supervised(
                 )
             context = {"workdir": str(options.pop("workdir", None) or Path(tmp) / "data"), **options}
             context["schema"] = _as_list(context.get("schema"))
+            context["transforms"] = [str(t) for t in parse_transforms(context.get("transforms"))]
             ids = [prop.id for prop in selected]
             supervised.open(context, ids)
             return [
@@ -384,6 +388,8 @@ def check_cooker(
     inconclusive claims fail too),
     ``timeout_s`` (child processes), ``call_timeout_s`` (one in-process call), ``workdir``, ``watch`` (the
     folder watched for files the target writes, default the current one; None: not watched),
+    ``transforms`` (declared transforms, lines such as ``'caption: dropout rate=0.1 to=""'``; see
+    :mod:`~primus_energon.conformance.transforms`),
     ``supervised`` (default False: the target runs in this process; True: in a supervised process of its
     own, as ``pytest --cooker ...`` runs it, so that a target that exits, crashes or hangs is a verdict;
     the target must then be given as an importable ``"module:attr"``).

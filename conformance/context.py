@@ -15,6 +15,7 @@ from .profiles import Profile
 from .results import Inconclusive
 from .specs import shell_quote
 from .target import Target
+from .transforms import Transform
 
 __all__ = ["CheckContext"]
 
@@ -45,6 +46,9 @@ class CheckContext:
     watched_folder: Path | None = None
     #: folders under it that are the suite's own (its scratch folder), never reported
     watch_exclude: tuple[str, ...] = ()
+    #: ``--conformance-transform``: deliberate transforms of fields, checked as declared (see
+    #: :mod:`~primus_energon.conformance.transforms`)
+    transforms: tuple[Transform, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     #: why samples could not be read (decoder errors), for claims that examined nothing
     read_errors: list[str] = field(default_factory=list)
@@ -268,6 +272,8 @@ class CheckContext:
             extra += f" --conformance-batch-size {self.target.batch_size}"
         if self.resume_hooks:
             extra += f" --resume-hooks {shell_quote(','.join(self.resume_hooks))}"
+        for transform in self.transforms:
+            extra += f" --conformance-transform {shell_quote(str(transform))}"
         return (
             f"pytest {flag} {shell_quote(self.target.spec)}{extra} "
             f"--conformance-property {property_id.partition('/')[0]}"

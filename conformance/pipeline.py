@@ -25,6 +25,7 @@ from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
 from .payloads import KEY, Payload, Trace, identity, payloads, trace
+from .transforms import Transform, field_at, field_transform
 
 __all__ = [
     "Delivered",
@@ -34,6 +35,9 @@ __all__ = [
     "assign",
     "cast_payloads",
     "FLOAT_DTYPES",
+    "declared_alternatives",
+    "explained",
+    "row_value",
 ]
 
 #: the floating dtypes a stage may cast a payload to (a cast is found by casting the given payload)
@@ -171,3 +175,72 @@ def cast_payloads(result: Trace, lost: list[tuple[str, str, str]]) -> dict[tuple
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+#: further per-sample seeds tried for a sample whose declared field was transformed under every one tried
+#: so far (its clean value is needed to compute what the transform may make of it)
+_MORE_OFFSETS = (104729, 1299709, 15485863, 32452843, 49979687, 67867967, 86028121, 104395301)
+
+
+def declared_alternatives(
+    task_encoder: TaskEncoder,
+    crude: Sequence[dict],
+    seed: int,
+    transforms: Sequence[Transform],
+    runs: Sequence[Sequence[Any]],
+    keys: Sequence[str],
+) -> dict[tuple[str, str], list[Any] | None]:
+    """For each sample's payload in a declared field: every value the loader may deliver there (its clean
+    value and what the declared transform makes of it), from the first-stage samples of ``runs`` (the same
+    samples under other per-sample seeds; more are tried for a sample whose field was dropped in each).
+    ``None`` for a field whose transformed value cannot be computed (dropout to None or to a constant)."""
+    out: dict[tuple[str, str], list[Any] | None] = {}
+    if not transforms:
+        return out
+    for index, key in enumerate(keys):
+        values: dict[str, list[Any]] = {}
+        for run in runs:
+            for payload in payloads(run[index]):
+                if field_transform(transforms, payload.path) is not None:
+                    values.setdefault(payload.path, []).append(payload.value)
+        for path, seen in values.items():
+            transform = field_transform(transforms, path)
+            if not transform.traceable:
+                out[(key, path)] = None
+                continue
+            clean = [v for v in seen if not transform.is_applied_value(v)]
+            for offset in _MORE_OFFSETS if not clean else ():
+                again = first_stage_samples(task_encoder, [crude[index]], seed, index_offset=index + offset)
+                value = {p.path: p.value for p in payloads(again[0])}.get(path) if again else None
+                if value is not None and not transform.is_applied_value(value):
+                    clean = [value]
+                    break
+            alternatives = list(seen)
+            for value in clean:
+                alternatives += transform.variants(value)
+            out[(key, path)] = alternatives
+    return out
+
+
+def explained(
+    result: Trace, key: str, path: str, alternatives: dict[tuple[str, str], list[Any] | None]
+) -> bool:
+    """Whether a payload not found as it was is found as one of the values its declaration allows (or its
+    declaration allows a value that cannot be computed)."""
+    if (key, path) not in alternatives:
+        return False
+    allowed = alternatives[(key, path)]
+    if allowed is None:
+        return True
+    return any(result.haystack.find(Payload(path, value)) for value in allowed)
+
+
+def row_value(batch: Any, path: str, row: int) -> Any:
+    """The value a batch holds for one sample at a payload path: row ``row`` of a stacked tensor or a list
+    field (None where the batch does not lay it out by rows)."""
+    value = field_at(batch, path)
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and row < value.shape[0]:
+        return value[row]
+    if isinstance(value, (list, tuple)) and row < len(value):
+        return value[row]
+    return None

@@ -194,6 +194,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds one property may take in all before it is reported as a hang (default 1200)",
     )
     group.addoption(
+        "--conformance-transform",
+        action="append",
+        default=[],
+        metavar="'FIELD: KIND ...'",
+        help="a deliberate transform of an output field, checked as declared instead of failing as changed data: "
+        "'caption: dropout rate=0.1 to=\"\"', 'latents: flip axis=-1 rate=0.5', 'prompt_embeds: truncate "
+        "axis=0 length=77', 'latents: cast dtype=bfloat16' (repeatable; also conformance_transforms in "
+        "[tool.pytest.ini_options], one per line; a field given here replaces the ini's)",
+    )
+    parser.addini(
+        "conformance_transforms",
+        type="linelist",
+        default=[],
+        help="deliberate transforms of output fields, one per line (see --conformance-transform)",
+    )
+    group.addoption(
         "--conformance-keep-data",
         action="store_true",
         default=False,
@@ -337,6 +353,18 @@ def target_options(config: pytest.Config) -> dict[str, Any]:
     }
 
 
+def declared_transforms(config: pytest.Config) -> list[str]:
+    """The declared transforms, one line each: ``conformance_transforms`` of the ini file (pyproject.toml),
+    then ``--conformance-transform``; a field declared on the command line replaces the ini's declaration of
+    it. ``ValueError`` names a line that does not parse (or a field declared twice in one place)."""
+    from .transforms import parse_transforms
+
+    from_ini = parse_transforms(config.getini("conformance_transforms"))
+    given = parse_transforms(config.getoption("conformance_transform", None) or [])
+    replaced = {t.field for t in given}
+    return [str(t) for t in from_ini if t.field not in replaced] + [str(t) for t in given]
+
+
 def _check_usage(config: pytest.Config) -> None:
     """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
     that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file; first, an
@@ -352,6 +380,10 @@ def _check_usage(config: pytest.Config) -> None:
     if broken:
         raise pytest.UsageError("\n".join(f"broken environment: {line}" for line in broken))
     problems: list[str] = []
+    try:
+        declared_transforms(config)
+    except ValueError as error:
+        problems.append(f"--conformance-transform: {error}")
     schemas = config.getoption(option_dest("schema")) or []
     if schemas:
         from primus_energon.synthetic import load_schema

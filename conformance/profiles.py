@@ -28,6 +28,8 @@ class Profile:
     #: the effect (Cohen's w) the blend property's chi-square test has 99% power against; the draws it
     #: needs grow as 1/w**2, so this is where a profile trades the test's sensitivity for time
     blend_effect: float = 0.05
+    #: samples cooked (each under its own per-sample seed) to measure a declared transform's rate
+    transform_draws: int = 192
     derandomize: bool = True
     #: shrink a failing example to a minimal one (slow: every shrink step cooks again)
     shrink: bool = False
@@ -56,10 +58,17 @@ PROFILES = {
         world_sizes=(2,),
         determinism_workers=(0, 2),
         blend_effect=0.15,
+        transform_draws=96,
     ),
     "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.05),
     "thorough": Profile(
-        "thorough", max_examples=200, blends=4, resume_draws=6, shrink=True, blend_effect=0.05
+        "thorough",
+        max_examples=200,
+        blends=4,
+        resume_draws=6,
+        shrink=True,
+        blend_effect=0.05,
+        transform_draws=768,
     ),
 }
 

@@ -86,6 +86,7 @@ PROPERTIES: tuple[Property, ...] = (
         frozenset({"cooker", "task_encoder", "wrapper"}),
         needs_loader=False,
     ),
+    Property("transforms", 17, "Declared transforms", "transforms"),
 )
 
 

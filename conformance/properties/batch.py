@@ -31,9 +31,19 @@ from ..execution import TargetError, encode, matching_cooker, target_call, worke
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
-from ..pipeline import assign, cast_payloads, delivered_batches, first_stage_samples, seeded_payloads
+from ..pipeline import (
+    assign,
+    cast_payloads,
+    declared_alternatives,
+    delivered_batches,
+    explained,
+    first_stage_samples,
+    row_value,
+    seeded_payloads,
+)
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
+from ..transforms import declaration_hint, recognise
 from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
 from .packing import packing_configured, packs
 
@@ -357,8 +367,12 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
         # per-sample seed cannot be found by value (determinism and resume judge it)
         again = first_stage_samples(task_encoder, crude, ctx.seed, index_offset=7919) or given
         seeded = seeded_payloads(given, again, _keys(given))
+        seeded_paths = {path for _, path in seeded}
         if seeded:
-            details["seeded"] = sorted({path for _, path in seeded})
+            details["seeded"] = sorted(seeded_paths)
+        alternatives = declared_alternatives(
+            task_encoder, crude, ctx.seed, ctx.transforms, [given, again], _keys(given)
+        )
         candidates = dict(zip(_keys(given), given, strict=True))
         for delivered in loaders:
             num_workers = delivered.num_workers
@@ -372,10 +386,17 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
                         f"{field_names(batch)}): every tensor and text is lost or changed beyond recognition"
                     )
                     break
-                problems = _delivered_problems(batch, [candidates[k] for k in held], held, seeded)
+                problems, drawn = _delivered_problems(
+                    batch, [candidates[k] for k in held], held, seeded, alternatives, seeded_paths
+                )
                 if problems:
-                    stage = _stage_at_fault(
-                        task_encoder, [candidates[k] for k in held], held, seeded, ctx.seed
+                    stage = (
+                        "the cooker or the first encode stage changes it with Energon's per-sample seed (its "
+                        "draws differ from one sample index to another)"
+                        if drawn
+                        else _stage_at_fault(
+                            task_encoder, [candidates[k] for k in held], held, seeded, ctx.seed
+                        )
                     )
                     claim.problem(
                         f"{delivered.where}, batch {index} {held}: {stage}: " + "; ".join(problems[:4])
@@ -385,28 +406,56 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
 
 
 def _delivered_problems(
-    output: Any, samples: list[Any], keys: list[str], seeded: set[tuple[str, str]] = frozenset()
-) -> list[str]:
+    output: Any,
+    samples: list[Any],
+    keys: list[str],
+    seeded: set[tuple[str, str]] = frozenset(),
+    alternatives: dict[tuple[str, str], list[Any] | None] | None = None,
+    seeded_paths: set[str] = frozenset(),
+) -> tuple[list[str], bool]:
     """What ``output`` does wrong with ``samples`` (first-stage samples): payloads cast to another dtype,
     lost (a field the output carries for other samples but not for this one), duplicated, mixed up, padded
-    without a length. A field changed for every sample alike (a normalisation in batch(), a scale factor in
-    encode_batch) is a transform, not a loss; a payload drawn from the per-sample seed (``seeded``) cannot
-    be found by value and is left out."""
+    without a length; and whether a problem is a change drawn from the per-sample seed. A field changed for
+    every sample alike (a normalisation in batch(), a scale factor in encode_batch) is a transform, not a
+    loss; a payload found as its declaration allows (``alternatives``, see :func:`declared_alternatives`)
+    is no loss either. A payload drawn from the per-sample seed (``seeded``; ``seeded_paths``: the fields
+    where some sample's draw differs) cannot be found by value and is left out, unless the change is one a
+    declaration expresses (a dropout, a flip, a truncation, a cast): undeclared, that is a defect, and the
+    message names the declaration."""
+    alternatives = alternatives or {}
     result = trace(samples, output, keys)
-    lost = [entry for entry in result.lost(None, keys=True) if (entry[0], entry[1]) not in seeded]
-    missing = [
-        (s.key, path, "")
-        for s in result.samples
-        for path in s.missing()
-        if path != KEY and (s.key, path) not in seeded
-    ]
+    rows = {key: index for index, key in enumerate(keys)}
+    by_key = {s.key: s for s in result.samples}
+    drawn = False
+
+    def judged(key: str, path: str) -> tuple[bool, str]:
+        """(whether the absence is a problem, the declaration hint where the change looks deliberate)"""
+        if explained(result, key, path, alternatives):
+            return False, ""
+        hint = _hint(output, by_key[key].payloads.get(path), path, rows.get(key))
+        if not hint and ((key, path) in seeded or path in seeded_paths):
+            return False, ""  # random augmentation: determinism and resume judge it
+        return True, hint
+
+    lost = []
+    for key, path, why in result.lost(None, keys=True):
+        problem, hint = judged(key, path)
+        if problem:
+            lost.append((key, path, why + hint))
+            drawn |= bool(hint) and path in seeded_paths
+    missing = []
+    for s in result.samples:
+        for path in s.missing():
+            if path != KEY and judged(s.key, path)[0]:
+                missing.append((s.key, path, ""))
     casts = cast_payloads(result, missing)
     grouped: dict[tuple[str, str], list[str]] = {}
     for (key, path), cast in casts.items():
         grouped.setdefault((path, cast), []).append(key)
     problems = [
         f"the {path!r} of {len(group)} sample(s) ({', '.join(map(repr, group[:4]))}) reached the batch cast "
-        f"{cast}: every value changed, silently"
+        f"{cast}: every value changed, silently; "
+        + declaration_hint(path, "cast dtype=" + cast.split(" -> ")[1].split(" ")[0])
         for (path, cast), group in grouped.items()
     ]
     problems += [f"sample {key!r}: {why}" for key, path, why in lost if (key, path) not in casts]
@@ -414,7 +463,24 @@ def _delivered_problems(
     # one delivered batch by design (batch/rows checks that batch() duplicates nothing).
     problems += result.mixed()
     problems += padding_problems(result)
-    return problems
+    return problems, drawn
+
+
+def _hint(output: Any, payload: Any, path: str, row: int | None) -> str:
+    """Where a lost payload's row holds a recognisable transform of it (a dropout, a flip, a truncation, a
+    cast): what it became and the declaration that would express it; else ""."""
+    if payload is None or row is None:
+        return ""
+    observed = row_value(output, path, row)
+    if observed is None:
+        return ""
+    recognised = recognise(payload.value, observed)
+    if not recognised:
+        return ""
+    shown = f"{observed!r:.40}" if isinstance(observed, str) else f"its {recognised.split(' ')[0]}"
+    return f" (its row holds {shown} instead: a {recognised.split(' ')[0]}); " + declaration_hint(
+        path, recognised
+    )
 
 
 def _stage_at_fault(
@@ -429,12 +495,12 @@ def _stage_at_fault(
             if overridden(task_encoder.postencode_sample):
                 current = [task_encoder.postencode_sample(s) for s in current]
                 if any(
-                    _delivered_problems(out, [given], [key], seeded)
+                    _delivered_problems(out, [given], [key], seeded)[0]
                     for out, given, key in zip(current, samples, keys, strict=True)
                 ):
                     return "postencode_sample changes the samples (a stage Energon runs after encode_sample)"
             batch = task_encoder.batch(current)
-            if _delivered_problems(batch, samples, keys, seeded):
+            if _delivered_problems(batch, samples, keys, seeded)[0]:
                 return "batch() does it (called on its own on the same samples)"
             if overridden(task_encoder.encode_batch):
                 return (

@@ -11,6 +11,7 @@ import pytest
 
 from primus_energon.conformance.plugin import (
     claim_expectations,
+    declared_transforms,
     option_dest,
     scratch_folder,
     supervised_target,
@@ -68,6 +69,7 @@ def conformance_context(
         "min_samples_per_s": config.getoption(option_dest("min-samples-per-s")),
         "strict": config.getoption("conformance_strict"),
         "resume_hooks": config.getoption("resume_hooks"),
+        "transforms": declared_transforms(config),
         "call_timeout_s": config.getoption("conformance_call_timeout"),
         "watch": str(config.invocation_params.dir),
         "watch_exclude": [str(scratch_folder(config))],

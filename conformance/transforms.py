@@ -1,0 +1,457 @@
+"""Declared transforms: deliberate changes of one field that the suite checks instead of calling them loss.
+
+A target may change a field on purpose: classifier-free-guidance caption dropout (the caption replaced by
+``""`` for 10 % of the samples), a seeded horizontal flip, T5 embeddings truncated to a configured length, a
+cast to bfloat16. Undeclared, each of these is data that differs from the member it came from, and the data
+claims fail it (their message names the declaration that would express the change). Declared, the value in
+that field must be the member's value or its declared transform, and the ``transforms`` property checks the
+declaration itself: the rate, the same draw for the same sample and seed, a new draw for a new per-sample
+seed, and no other field changed with it.
+
+One declaration is one line, ``FIELD: KIND [NAME=VALUE ...]`` (values are Python literals, or a bare word)::
+
+    caption: dropout rate=0.1 to=""          # CFG: the caption replaced by "" for 10 % of the samples
+    prompt_embeds: dropout rate=0.1 to=zeros # ... the embeddings by zeros of the same shape
+    prompt_embeds: dropout rate=0.1 to=constant  # ... by one fixed tensor (an empty prompt's embedding)
+    latents: flip axis=-1 rate=0.5           # a seeded horizontal flip
+    prompt_embeds: truncate axis=0 length=77 # only the first 77 rows, when there are more
+    latents: cast dtype=bfloat16             # every value cast
+
+given on the command line (``--conformance-transform LINE``, repeatable), in ``pyproject.toml``
+(``conformance_transforms`` under ``[tool.pytest.ini_options]``, one line each) or to the Python API
+(``check_task_encoder(..., transforms=[LINE, ...])``). ``FIELD`` is the output field (a dotted path for a
+nested one: ``metadata.caption``).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Transform",
+    "KINDS",
+    "parse_transform",
+    "parse_transforms",
+    "recognise",
+    "declaration_hint",
+    "binomial_p_value",
+    "binomial_range",
+    "field_transform",
+    "field_at",
+    "same",
+    "as_tensor",
+]
+
+#: what each kind of transform takes: (required parameters, {optional parameter: default})
+KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "dropout": (("rate", "to"), {}),
+    "flip": ((), {"axis": -1, "rate": 0.5}),
+    "truncate": (("length",), {"axis": 0}),
+    "cast": (("dtype",), {}),
+}
+
+#: the values ``dropout to=`` names with a word (any other value is a Python literal: "", 0, None, -1.0)
+DROPOUT_WORDS = ("zeros", "constant")
+
+_FLOAT_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+_LINE = re.compile(r"^\s*(?P<field>[A-Za-z_][\w.\[\]]*)\s*:\s*(?P<kind>\w+)(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One declared transform of one field. ``rate``: the share of samples it applies to (dropout, flip;
+    None: every sample it can apply to, for truncate and cast)."""
+
+    field: str
+    kind: str
+    rate: float | None = None
+    to: Any = None
+    axis: int = 0
+    length: int | None = None
+    dtype: str | None = None
+    text: str = ""
+
+    def __str__(self) -> str:
+        """The declaration as one line (parsed back by :func:`parse_transform` to an equal Transform)."""
+        if self.text:
+            return self.text
+        params = {
+            "dropout": {"rate": self.rate, "to": self.to},
+            "flip": {"axis": self.axis, "rate": self.rate},
+            "truncate": {"axis": self.axis, "length": self.length},
+            "cast": {"dtype": self.dtype},
+        }[self.kind]
+        words = []
+        for name, value in params.items():
+            bare = name == "dtype" or (name == "to" and value in DROPOUT_WORDS)
+            words.append(f"{name}={value if bare else repr(value)}")
+        return f"{self.field}: {self.kind} {' '.join(words)}"
+
+    def covers(self, path: str) -> bool:
+        """Whether a payload at ``path`` (``caption``, ``metadata.caption``, ``latents[0]``) is this field's."""
+        path = path or ""
+        return path == self.field or path.startswith((f"{self.field}.", f"{self.field}["))
+
+    def outcome(self, clean: Any, observed: Any) -> str | None:
+        """``"kept"`` when ``observed`` is ``clean``, ``"applied"`` when it is ``clean`` transformed as
+        declared, else None (a change the declaration does not explain)."""
+        if same(clean, observed):
+            return "kept"
+        return "applied" if self._applied(clean, observed) else None
+
+    def _applied(self, clean: Any, observed: Any) -> bool:
+        if self.kind == "dropout":
+            return _dropped(self.to, clean, observed)
+        if self.kind == "cast":
+            tensor = as_tensor(clean)
+            return (
+                tensor is not None
+                and tensor.is_floating_point()
+                and same(tensor.to(_FLOAT_DTYPES[self.dtype]), observed)
+            )
+        if self.kind == "flip":
+            tensor = as_tensor(clean)
+            return (
+                tensor is not None
+                and tensor.dim() > 0
+                and -tensor.dim() <= self.axis < tensor.dim()
+                and same(tensor.flip(self.axis), observed)
+            )
+        if self.kind == "truncate":
+            if isinstance(clean, str):
+                return len(clean) > self.length and observed == clean[: self.length]
+            tensor = as_tensor(clean)
+            return (
+                tensor is not None
+                and -tensor.dim() <= self.axis < tensor.dim()
+                and tensor.shape[self.axis] > self.length
+                and same(tensor.narrow(self.axis, 0, self.length), observed)
+            )
+        return False
+
+    @property
+    def traceable(self) -> bool:
+        """Whether the transformed value can be computed from the clean one (and so found by value); a
+        dropout to None or to an unknown constant cannot (the transforms property judges it)."""
+        return not (self.kind == "dropout" and (self.to is None or self.to == "constant"))
+
+    def variants(self, clean: Any) -> list[Any]:
+        """The values the declared transform may turn ``clean`` into (empty where it cannot apply)."""
+        tensor = as_tensor(clean)
+        if self.kind == "dropout":
+            if isinstance(self.to, str) and self.to not in DROPOUT_WORDS:
+                return [self.to] if isinstance(clean, str) else []
+            if tensor is None:
+                return []
+            if self.to == "zeros":
+                return [torch.zeros_like(tensor)]
+            if isinstance(self.to, (int, float)):
+                return [torch.full_like(tensor, self.to)]
+            return []
+        if self.kind == "truncate" and isinstance(clean, str):
+            return [clean[: self.length]] if len(clean) > self.length else []
+        if tensor is None or not self._fits(tensor):
+            return []
+        if self.kind == "flip":
+            return [tensor.flip(self.axis)]
+        if self.kind == "truncate":
+            return [tensor.narrow(self.axis, 0, self.length)] if tensor.shape[self.axis] > self.length else []
+        if self.kind == "cast":
+            return [tensor.to(_FLOAT_DTYPES[self.dtype])] if tensor.is_floating_point() else []
+        return []
+
+    def _fits(self, tensor: torch.Tensor) -> bool:
+        return self.kind == "cast" or (tensor.dim() > 0 and -tensor.dim() <= self.axis < tensor.dim())
+
+    def is_applied_value(self, value: Any) -> bool:
+        """Whether ``value`` can only be a dropped one (the dropout's ``to`` value): not a clean value."""
+        return self.kind == "dropout" and _dropped(self.to, value, value) and self.to != "constant"
+
+    def always(self, clean: Any) -> bool:
+        """Whether the declaration applies to every sample whose value is ``clean`` (truncate: one longer
+        than the length; cast: a floating-point tensor of another dtype)."""
+        if self.kind == "truncate":
+            size = len(clean) if isinstance(clean, str) else _size(as_tensor(clean), self.axis)
+            return size is not None and size > self.length
+        if self.kind == "cast":
+            tensor = as_tensor(clean)
+            return (
+                tensor is not None
+                and tensor.is_floating_point()
+                and tensor.dtype != _FLOAT_DTYPES[self.dtype]
+            )
+        return False
+
+
+def _size(tensor: torch.Tensor | None, axis: int) -> int | None:
+    if tensor is None or not -tensor.dim() <= axis < max(tensor.dim(), 1) or tensor.dim() == 0:
+        return None
+    return int(tensor.shape[axis])
+
+
+def _dropped(to: Any, clean: Any, observed: Any) -> bool:
+    if to == "constant":  # any one value (the same for every dropped sample: the transforms property checks)
+        return observed is not None or clean is not None
+    if to == "zeros":
+        tensor, want = as_tensor(observed), as_tensor(clean)
+        return (
+            tensor is not None and want is not None and tensor.shape == want.shape and not bool(tensor.any())
+        )
+    if to is None:
+        return observed is None or (isinstance(observed, (list, tuple)) and not observed)
+    if isinstance(to, str):
+        return isinstance(observed, str) and observed == to
+    if isinstance(to, (int, float)):
+        tensor = as_tensor(observed)
+        if tensor is None:
+            return isinstance(observed, (int, float)) and observed == to
+        return tensor.numel() > 0 and bool((tensor == to).all())
+    return False
+
+
+def as_tensor(value: Any) -> torch.Tensor | None:
+    """A CPU tensor for a tensor or a numeric numpy array, else None."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return torch.from_numpy(np.ascontiguousarray(value))
+    return None
+
+
+def same(a: Any, b: Any) -> bool:
+    """The same value: tensors (and numeric arrays) of the same dtype, shape and bits (NaN-safe), equal texts."""
+    ta, tb = as_tensor(a), as_tensor(b)
+    if ta is not None or tb is not None:
+        if ta is None or tb is None or ta.dtype != tb.dtype or ta.shape != tb.shape:
+            return False
+        if ta.dtype == torch.bfloat16:
+            ta, tb = ta.view(torch.int16), tb.view(torch.int16)
+        return ta.contiguous().numpy().tobytes() == tb.contiguous().numpy().tobytes()
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose comparison raises or is ambiguous
+        return False
+
+
+def parse_transform(line: str) -> Transform:
+    """One declaration line; ``ValueError`` saying what is wrong and what a declaration looks like."""
+    match = _LINE.match(line or "")
+    example = "for example 'caption: dropout rate=0.1 to=\"\"' or 'latents: flip axis=-1 rate=0.5'"
+    if not match:
+        raise ValueError(f"transform {line!r}: write FIELD: KIND [NAME=VALUE ...], {example}")
+    field_name, kind, rest = match["field"], match["kind"], match["rest"].strip()
+    if kind not in KINDS:
+        raise ValueError(f"transform {line!r}: unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+    required, defaults = KINDS[kind]
+    params: dict[str, Any] = dict(defaults)
+    for name, value in _pairs(line, rest):
+        if name not in required and name not in defaults:
+            known = ", ".join((*required, *defaults)) or "none"
+            raise ValueError(f"transform {line!r}: {kind} takes no {name!r} (it takes {known})")
+        params[name] = value
+    missing = [name for name in required if name not in params]
+    if missing:
+        raise ValueError(f"transform {line!r}: {kind} needs {', '.join(n + '=' for n in missing)}; {example}")
+    return _checked(line, field_name, kind, params)
+
+
+def _pairs(line: str, rest: str) -> Iterable[tuple[str, Any]]:
+    # shlex-like split that keeps quoted literals whole: to="" and to='a b'
+    for match in re.finditer(r"(\w+)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s]+)|(\S+)", rest):
+        if match[3] is not None:
+            raise ValueError(f"transform {line!r}: {match[3]!r} is not NAME=VALUE")
+        name, raw = match[1], match[2]
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw  # a bare word: zeros, constant, bfloat16
+        yield name, value
+
+
+def _checked(line: str, field_name: str, kind: str, params: dict[str, Any]) -> Transform:
+    def bad(why: str) -> ValueError:
+        return ValueError(f"transform {line!r}: {why}")
+
+    rate = params.get("rate")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1:
+            raise bad(f"rate must be a number in (0, 1], not {rate!r}")
+        rate = float(rate)
+    axis = params.get("axis", 0)
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise bad(f"axis must be an integer, not {axis!r}")
+    length = params.get("length")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
+        raise bad(f"length must be a non-negative integer, not {length!r}")
+    dtype = params.get("dtype")
+    if kind == "cast" and dtype not in _FLOAT_DTYPES:
+        raise bad(f"dtype must be one of {', '.join(_FLOAT_DTYPES)}, not {dtype!r}")
+    to = params.get("to")
+    if kind == "dropout" and not (
+        to is None or isinstance(to, (str, int, float)) and not isinstance(to, bool)
+    ):
+        raise bad(f'to must be a text (""), a number, None, zeros or constant, not {to!r}')
+    if kind == "dropout" and isinstance(to, str) and to not in DROPOUT_WORDS and not _quoted(line, to):
+        raise bad(f'to={to} is neither a quoted text (to="{to}") nor one of {", ".join(DROPOUT_WORDS)}')
+    return Transform(
+        field=field_name,
+        kind=kind,
+        rate=rate if kind in ("dropout", "flip") else None,
+        to=to,
+        axis=axis,
+        length=length,
+        dtype=dtype,
+        text=" ".join(line.split()),
+    )
+
+
+def _quoted(line: str, text: str) -> bool:
+    return f'"{text}"' in line or f"'{text}'" in line
+
+
+def parse_transforms(lines: Iterable[str | Transform] | str | None) -> tuple[Transform, ...]:
+    """Every declaration (lines, Transform objects, or one text of lines; blank lines and ``#`` comments
+    skipped); ``ValueError`` for the first bad one. Two declarations of one field are refused: their order
+    would be a guess."""
+    if lines is None:
+        return ()
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    out: list[Transform] = []
+    for item in lines:
+        if isinstance(item, Transform):
+            out.append(item)
+            continue
+        text = item.split("#", 1)[0].strip() if "#" in item and not _in_quotes(item) else item.strip()
+        if text:
+            out.append(parse_transform(text))
+    fields = [t.field for t in out]
+    twice = sorted({f for f in fields if fields.count(f) > 1})
+    if twice:
+        raise ValueError(
+            f"transforms: field(s) {twice} declared more than once; declare one transform per field"
+        )
+    return tuple(out)
+
+
+def _in_quotes(line: str) -> bool:
+    head = line.split("#", 1)[0]
+    return head.count('"') % 2 == 1 or head.count("'") % 2 == 1
+
+
+def recognise(clean: Any, observed: Any) -> str | None:
+    """The declaration (``KIND NAME=VALUE ...``, without the field) that would explain ``observed`` as a
+    deliberate transform of ``clean``, or None: a cast, a flip, a truncation, a dropout to "" or zeros."""
+    if same(clean, observed):
+        return None
+    tensor, seen = as_tensor(clean), as_tensor(observed)
+    if isinstance(clean, str) and isinstance(observed, str):
+        if observed == "":
+            return 'dropout rate=RATE to=""'
+        if clean.startswith(observed):
+            return f"truncate length={len(observed)}"
+        return None
+    if tensor is None or seen is None:
+        return "dropout rate=RATE to=None" if observed is None and clean is not None else None
+    if tensor.is_floating_point() and seen.dtype != tensor.dtype and seen.dtype in _FLOAT_DTYPES.values():
+        if same(tensor.to(seen.dtype), seen):
+            return f"cast dtype={str(seen.dtype).removeprefix('torch.')}"
+    if seen.shape == tensor.shape and seen.dtype == tensor.dtype:
+        for axis in range(-1, -tensor.dim() - 1, -1):
+            if tensor.shape[axis] > 1 and same(tensor.flip(axis), seen):
+                return f"flip axis={axis} rate=RATE"
+        if tensor.numel() and bool(tensor.any()) and not bool(seen.any()):
+            return "dropout rate=RATE to=zeros"
+    if seen.dim() == tensor.dim() and seen.dtype == tensor.dtype:
+        shorter = [a for a in range(tensor.dim()) if seen.shape[a] < tensor.shape[a]]
+        others = all(seen.shape[a] == tensor.shape[a] for a in range(tensor.dim()) if a not in shorter)
+        if len(shorter) == 1 and others and same(tensor.narrow(shorter[0], 0, seen.shape[shorter[0]]), seen):
+            return f"truncate axis={shorter[0]} length={seen.shape[shorter[0]]}"
+    return None
+
+
+def declaration_hint(field_name: str, recognised: str, rate: float | None = None) -> str:
+    """The sentence a message ends with when a change looks deliberate: the declaration that expresses it."""
+    tail = recognised if rate is None else recognised.replace("RATE", f"{rate:.3g}")
+    line = f"{field_name}: {tail}"
+    rate_note = " with RATE the share of samples it applies to" if "RATE" in line else ""
+    return (
+        f"if this is deliberate, declare it: --conformance-transform '{line}'{rate_note} (or that line under "
+        "conformance_transforms in [tool.pytest.ini_options]); undeclared, it is data the model never sees"
+    )
+
+
+def _log_pmf(n: int, k: int, p: float) -> float:
+    if p <= 0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1:
+        return 0.0 if k == n else -math.inf
+    return (
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log1p(-p)
+    )
+
+
+def binomial_p_value(successes: int, trials: int, rate: float) -> float:
+    """Two-sided exact binomial test: the probability, at ``rate``, of a count no more likely than
+    ``successes`` in ``trials``."""
+    if trials <= 0:
+        return 1.0
+    observed = _log_pmf(trials, successes, rate)
+    total = 0.0
+    for k in range(trials + 1):
+        value = _log_pmf(trials, k, rate)
+        if value <= observed + 1e-9:
+            total += math.exp(value)
+    return min(1.0, total)
+
+
+def binomial_range(trials: int, rate: float, alpha: float) -> tuple[int, int]:
+    """The counts in ``trials`` draws at ``rate`` that the two-sided test at ``alpha`` accepts."""
+    accepted = [k for k in range(trials + 1) if binomial_p_value(k, trials, rate) >= alpha]
+    return (min(accepted), max(accepted)) if accepted else (0, trials)
+
+
+def field_at(output: Any, path: str) -> Any:
+    """The value at a dotted path (``caption``, ``metadata.caption``, ``frames[0]``) of a sample or batch,
+    or :data:`~primus_energon.conformance.oracle.MISSING`."""
+    from .oracle import MISSING
+
+    current = output
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            if not isinstance(current, (list, tuple)) or index >= len(current):
+                return MISSING
+            current = current[index]
+        elif isinstance(current, dict):
+            current = current.get(part, MISSING)
+        else:
+            current = getattr(current, part, MISSING)
+        if current is MISSING:
+            return MISSING
+    return current
+
+
+def field_transform(transforms: Sequence[Transform], path: str) -> Transform | None:
+    """The declaration that covers a payload at ``path``, if any."""
+    for transform in transforms:
+        if transform.covers(path):
+            return transform
+    return None
