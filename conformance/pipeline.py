@@ -25,7 +25,7 @@ from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
 from .payloads import KEY, Payload, Trace, identity, payloads, trace
-from .transforms import Transform, field_at, field_transform
+from .transforms import Transform, field_at, field_transform, recognise
 
 __all__ = [
     "Delivered",
@@ -38,6 +38,8 @@ __all__ = [
     "declared_alternatives",
     "explained",
     "row_value",
+    "encode_stage_changes",
+    "first_encode_stage",
 ]
 
 #: the floating dtypes a stage may cast a payload to (a cast is found by casting the given payload)
@@ -83,12 +85,18 @@ def delivered_batches(
 
 
 def first_stage_samples(
-    task_encoder: TaskEncoder, crude: Sequence[dict], seed: int, *, index_offset: int = 0
+    task_encoder: TaskEncoder,
+    crude: Sequence[dict],
+    seed: int,
+    *,
+    index_offset: int = 0,
+    cooked_out: list[Any] | None = None,
 ) -> list[Any] | None:
     """Each crude sample cooked and run through the first encode stage Energon applies to it
     (``preencode_sample``, else ``encode_sample``), in a worker context as Energon does; None when a stage
     yields several samples (or none) for one input, so that samples cannot be told apart by their input.
-    ``postencode_sample`` is left out on purpose: it is one of the stages the delivered batches are judged on."""
+    ``postencode_sample`` is left out on purpose: it is one of the stages the delivered batches are judged on.
+    ``cooked_out`` receives each sample as the cooker left it (before the encode stage)."""
     overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
     if overridden(task_encoder.preencode_sample):
         stage = task_encoder.preencode_sample
@@ -106,6 +114,8 @@ def first_stage_samples(
             worker_context(seed, index + index_offset),
         ):
             cooked = cooker.cook(copy.deepcopy(sample))
+            if cooked_out is not None:
+                cooked_out.append(copy.deepcopy(cooked))
             result = stage(cooked) if stage is not None else cooked
             produced = list(result) if hasattr(result, "__next__") else [result]
         if len(produced) != 1:
@@ -166,7 +176,10 @@ def cast_payloads(result: Trace, lost: list[tuple[str, str, str]]) -> dict[tuple
         for dtype in FLOAT_DTYPES:
             if dtype == payload.value.dtype:
                 continue
-            places = result.haystack.find(Payload(path, payload.value.to(dtype)))
+            cast = payload.value.to(dtype)
+            if torch.equal(cast.to(payload.value.dtype), payload.value):
+                continue  # a lossless cast (float32 -> float64) changes no value
+            places = result.haystack.find(Payload(path, cast))
             if places:
                 out[(key, path)] = f"{_name(payload.value.dtype)} -> {_name(dtype)} (at {places[0].path})"
                 break
@@ -244,3 +257,36 @@ def row_value(batch: Any, path: str, row: int) -> Any:
     if isinstance(value, (list, tuple)) and row < len(value):
         return value[row]
     return None
+
+
+def first_encode_stage(task_encoder: TaskEncoder) -> str | None:
+    """The name of the first encode stage Energon runs (``preencode_sample`` or ``encode_sample``), if the
+    TaskEncoder overrides one."""
+    for name in ("preencode_sample", "encode_sample"):
+        if task_encoder._is_overridden(getattr(task_encoder, name)):
+            return name
+    return None
+
+
+def encode_stage_changes(
+    cooked: Sequence[Any], encoded: Sequence[Any], keys: Sequence[str], transforms: Sequence[Transform]
+) -> list[tuple[str, str, str, Any]]:
+    """``(key, path, declaration, value)`` for each payload of a cooked sample that the first encode stage
+    turns into a change a declaration expresses (see :func:`~primus_energon.conformance.transforms.recognise`:
+    a dropout, a flip, a truncation, a lossy cast) without one being declared for it. Any other change
+    (tokenising, normalising, a new field) is the stage's business and is not judged here."""
+    out = []
+    for key, before, after in zip(keys, cooked, encoded, strict=True):
+        found = trace([before], after, [key]).samples[0]
+        for path in found.missing():
+            if path == KEY:
+                continue
+            observed = field_at(after, path)
+            transform = field_transform(transforms, path)
+            clean = found.payloads[path].value
+            if transform is not None and transform.outcome(clean, observed) is not None:
+                continue
+            recognised = recognise(clean, observed) if observed is not None else None
+            if recognised:
+                out.append((key, path, recognised, observed))
+    return out

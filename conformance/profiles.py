@@ -58,7 +58,7 @@ PROFILES = {
         world_sizes=(2,),
         determinism_workers=(0, 2),
         blend_effect=0.15,
-        transform_draws=96,
+        transform_draws=128,
     ),
     "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.05),
     "thorough": Profile(

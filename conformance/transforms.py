@@ -42,6 +42,7 @@ __all__ = [
     "parse_transforms",
     "recognise",
     "declaration_hint",
+    "what_changed",
     "binomial_p_value",
     "binomial_range",
     "field_transform",
@@ -368,7 +369,9 @@ def recognise(clean: Any, observed: Any) -> str | None:
         return "dropout rate=RATE to=None" if observed is None and clean is not None else None
     if tensor.is_floating_point() and seen.dtype != tensor.dtype and seen.dtype in _FLOAT_DTYPES.values():
         if same(tensor.to(seen.dtype), seen):
-            return f"cast dtype={str(seen.dtype).removeprefix('torch.')}"
+            # a lossless cast (bfloat16 -> float32) changes no value: no transform to declare
+            lossy = not same(seen.to(tensor.dtype), tensor)
+            return f"cast dtype={str(seen.dtype).removeprefix('torch.')}" if lossy else None
     if seen.shape == tensor.shape and seen.dtype == tensor.dtype:
         for axis in range(-1, -tensor.dim() - 1, -1):
             if tensor.shape[axis] > 1 and same(tensor.flip(axis), seen):
@@ -381,6 +384,22 @@ def recognise(clean: Any, observed: Any) -> str | None:
         if len(shorter) == 1 and others and same(tensor.narrow(shorter[0], 0, seen.shape[shorter[0]]), seen):
             return f"truncate axis={shorter[0]} length={seen.shape[shorter[0]]}"
     return None
+
+
+def what_changed(recognised: str) -> str:
+    """What a recognised change (see :func:`recognise`) did, in words: "it flipped along axis -1"."""
+    kind, _, rest = recognised.partition(" ")
+    params = dict(re.findall(r"(\w+)=(\S+)", rest))
+    if kind == "dropout":
+        return f"{params.get('to', '?')} (a dropout)"
+    if kind == "flip":
+        return f"it flipped along axis {params.get('axis')}"
+    if kind == "truncate":
+        along = f" along axis {params['axis']}" if "axis" in params else ""
+        return f"it truncated to {params.get('length')}{along}"
+    if kind == "cast":
+        return f"it cast to {params.get('dtype')}"
+    return recognised
 
 
 def declaration_hint(field_name: str, recognised: str, rate: float | None = None) -> str:

@@ -78,15 +78,15 @@ PROPERTIES: tuple[Property, ...] = (
         "restart",
         frozenset({"cooker", "task_encoder", "wrapper"}),
     ),
+    Property("transforms", 16, "Declared transforms", "transforms"),
     Property(
         "conduct",
-        16,
+        17,
         "Leaves nothing behind",
         "conduct",
         frozenset({"cooker", "task_encoder", "wrapper"}),
         needs_loader=False,
     ),
-    Property("transforms", 17, "Declared transforms", "transforms"),
 )
 
 

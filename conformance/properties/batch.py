@@ -36,14 +36,16 @@ from ..pipeline import (
     cast_payloads,
     declared_alternatives,
     delivered_batches,
+    encode_stage_changes,
     explained,
+    first_encode_stage,
     first_stage_samples,
     row_value,
     seeded_payloads,
 )
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
-from ..transforms import declaration_hint, recognise
+from ..transforms import declaration_hint, recognise, what_changed
 from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
 from .packing import packing_configured, packs
 
@@ -58,13 +60,15 @@ CLAIMS = claims_of(
     ),
     (
         "delivered",
-        "what the real loader hands the training loop (every stage Energon runs after the first encode stage: "
-        "postencode_sample, batch(), encode_batch; 0 and 2 workers) holds every sample's payloads unchanged, "
-        "each with its own sample: none lost, cast, duplicated or mixed with another sample's",
+        "what the real loader hands the training loop (every stage Energon runs: the cook, encode_sample, "
+        "postencode_sample, batch(), encode_batch; 0 and 2 workers) holds every sample's payloads, each with its "
+        "own sample: none lost, cast, duplicated or mixed with another sample's after the first encode stage, and "
+        "none dropped, flipped, truncated or cast by that stage unless the transform is declared",
         Harm.DATA,
         "keep every field's rows together in every stage after encode_sample (reorder whole rows, not one "
-        "field) and change no payload's dtype or values there; a deliberate change belongs in the cooker or "
-        "encode_sample, where it is one sample's",
+        "field) and change no payload's dtype or values there; declare a deliberate change (CFG dropout, a "
+        "flip, a truncation, a cast) with --conformance-transform 'FIELD: KIND ...' so that it is checked as "
+        "declared",
     ),
     (
         "mismatched_shapes",
@@ -360,9 +364,11 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
         if all(named):
             wanted = {key for keys in named for key in keys or ()}
             crude = [sample for sample in crude if sample.get("__key__") in wanted] or crude
-        given = first_stage_samples(task_encoder, crude, ctx.seed)
+        cooked: list[Any] = []
+        given = first_stage_samples(task_encoder, crude, ctx.seed, cooked_out=cooked)
         if given is None:
             raise PropertySkipped("the first encode stage yields several samples (or none) per input")
+        reported = _encode_stage_problems(claim, task_encoder, cooked, given, _keys(given), ctx.transforms)
         # Energon seeds a sample's randomness by where the loader took it: what changes under another
         # per-sample seed cannot be found by value (determinism and resume judge it)
         again = first_stage_samples(task_encoder, crude, ctx.seed, index_offset=7919) or given
@@ -386,8 +392,8 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
                         f"{field_names(batch)}): every tensor and text is lost or changed beyond recognition"
                     )
                     break
-                problems, drawn = _delivered_problems(
-                    batch, [candidates[k] for k in held], held, seeded, alternatives, seeded_paths
+                problems, drawn, hints = _delivered_problems(
+                    batch, [candidates[k] for k in held], held, seeded, alternatives, seeded_paths, reported
                 )
                 if problems:
                     stage = (
@@ -399,7 +405,8 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
                         )
                     )
                     claim.problem(
-                        f"{delivered.where}, batch {index} {held}: {stage}: " + "; ".join(problems[:4])
+                        f"{delivered.where}, batch {index} {held}: {stage}: "
+                        + "; ".join(problems[:4] + (["..."] if len(problems) > 4 else []) + hints)
                     )
                     return details  # one root cause once: the next batch, or loader, would say the same
     return details
@@ -412,37 +419,45 @@ def _delivered_problems(
     seeded: set[tuple[str, str]] = frozenset(),
     alternatives: dict[tuple[str, str], list[Any] | None] | None = None,
     seeded_paths: set[str] = frozenset(),
-) -> tuple[list[str], bool]:
+    reported: set[str] = frozenset(),
+) -> tuple[list[str], bool, list[str]]:
     """What ``output`` does wrong with ``samples`` (first-stage samples): payloads cast to another dtype,
     lost (a field the output carries for other samples but not for this one), duplicated, mixed up, padded
-    without a length; and whether a problem is a change drawn from the per-sample seed. A field changed for
+    without a length; whether a problem is a change drawn from the per-sample seed; and the declarations
+    that would express the changes a declaration can (each once). A field changed for
     every sample alike (a normalisation in batch(), a scale factor in encode_batch) is a transform, not a
     loss; a payload found as its declaration allows (``alternatives``, see :func:`declared_alternatives`)
     is no loss either. A payload drawn from the per-sample seed (``seeded``; ``seeded_paths``: the fields
     where some sample's draw differs) cannot be found by value and is left out, unless the change is one a
     declaration expresses (a dropout, a flip, a truncation, a cast): undeclared, that is a defect, and the
-    message names the declaration."""
+    message names the declaration. Payload paths in ``reported`` (changed by the first encode stage, said
+    already) are left out."""
     alternatives = alternatives or {}
     result = trace(samples, output, keys)
     rows = {key: index for index, key in enumerate(keys)}
     by_key = {s.key: s for s in result.samples}
     drawn = False
 
+    hints: dict[str, None] = {}  # the declarations that would express the changes seen, once each
+
     def judged(key: str, path: str) -> tuple[bool, str]:
-        """(whether the absence is a problem, the declaration hint where the change looks deliberate)"""
-        if explained(result, key, path, alternatives):
+        """(whether the absence is a problem, what the sample's row holds instead where that is a change a
+        declaration expresses)"""
+        if path in reported or explained(result, key, path, alternatives):
             return False, ""
-        hint = _hint(output, by_key[key].payloads.get(path), path, rows.get(key))
+        change, hint = _recognised(output, by_key[key].payloads.get(path), path, rows.get(key))
         if not hint and ((key, path) in seeded or path in seeded_paths):
             return False, ""  # random augmentation: determinism and resume judge it
-        return True, hint
+        if hint:
+            hints[hint] = None
+        return True, change
 
     lost = []
     for key, path, why in result.lost(None, keys=True):
-        problem, hint = judged(key, path)
+        problem, change = judged(key, path)
         if problem:
-            lost.append((key, path, why + hint))
-            drawn |= bool(hint) and path in seeded_paths
+            lost.append((key, path, why + change))
+            drawn |= bool(change) and path in seeded_paths
     missing = []
     for s in result.samples:
         for path in s.missing():
@@ -463,24 +478,48 @@ def _delivered_problems(
     # one delivered batch by design (batch/rows checks that batch() duplicates nothing).
     problems += result.mixed()
     problems += padding_problems(result)
-    return problems, drawn
+    return problems, drawn, list(hints)
 
 
-def _hint(output: Any, payload: Any, path: str, row: int | None) -> str:
+def _encode_stage_problems(
+    claim: Any,
+    task_encoder: TaskEncoder,
+    cooked: list[Any],
+    given: list[Any],
+    keys: list[str],
+    transforms: Any,
+) -> set[str]:
+    """The first encode stage judged against the cooked samples it was given: a payload it turns into a
+    dropout, a flip, a truncation or a lossy cast of itself, undeclared, is a problem (one per field, with
+    the declaration that would express it at the share of samples seen); returns the fields reported."""
+    stage = first_encode_stage(task_encoder)
+    if stage is None:
+        return set()
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for key, path, recognised, _ in encode_stage_changes(cooked, given, keys, transforms):
+        grouped.setdefault((path, recognised), []).append(key)
+    for (path, recognised), changed in grouped.items():
+        share = len(changed) / len(keys)
+        claim.problem(
+            f"{stage} changes the {path!r} of {len(changed)} of {len(keys)} samples before batching (e.g. "
+            f"{changed[0]!r}: {what_changed(recognised)}): the model trains on that instead of the data; "
+            + declaration_hint(path, recognised, rate=share)
+        )
+    return {path for path, _ in grouped}
+
+
+def _recognised(output: Any, payload: Any, path: str, row: int | None) -> tuple[str, str]:
     """Where a lost payload's row holds a recognisable transform of it (a dropout, a flip, a truncation, a
-    cast): what it became and the declaration that would express it; else ""."""
+    cast): what it became, and the declaration that would express it; else ``("", "")``."""
     if payload is None or row is None:
-        return ""
+        return "", ""
     observed = row_value(output, path, row)
     if observed is None:
-        return ""
+        return "", ""
     recognised = recognise(payload.value, observed)
     if not recognised:
-        return ""
-    shown = f"{observed!r:.40}" if isinstance(observed, str) else f"its {recognised.split(' ')[0]}"
-    return f" (its row holds {shown} instead: a {recognised.split(' ')[0]}); " + declaration_hint(
-        path, recognised
-    )
+        return "", ""
+    return f" (its row holds {what_changed(recognised)})", declaration_hint(path, recognised)
 
 
 def _stage_at_fault(

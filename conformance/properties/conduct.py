@@ -1,4 +1,4 @@
-"""Property 16, conduct: the target leaves nothing behind. After each property the suite looks at what the
+"""Property 17, conduct: the target leaves nothing behind. After each property the suite looks at what the
 target's code left running or wrote (:mod:`primus_energon.conformance.conduct`); this property, run last,
 reports it, naming the property after which each was found:
 

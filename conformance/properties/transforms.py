@@ -1,10 +1,10 @@
-"""Property 17, declared transforms: a deliberate change of a field (``--conformance-transform``, or
+"""Property 16, declared transforms: a deliberate change of a field (``--conformance-transform``, or
 ``conformance_transforms`` in pyproject's ``[tool.pytest.ini_options]``) is checked as declared instead of
 being forgiven.
 
 The main dataset's samples are cooked (and, for a TaskEncoder, encoded by the stages Energon runs per sample)
 many times over, each time under a per-sample seed of its own, as Energon's sample index gives it
-(``transform_draws`` of the profile: 96, 192, 768). In each sample the declared field must hold its member's
+(``transform_draws`` of the profile: 128, 192, 768). In each sample the declared field must hold its member's
 value or that value transformed as declared; the share of samples the transform applies to must be within a
 two-sided binomial bound (p >= 1e-4) of the declared rate; the same sample at the same seed must get the same
 draw, whatever ran before it and whatever the global generators hold; a sample met again under another seed
@@ -278,7 +278,14 @@ def _judge(
         claims.not_applicable("redrawn", "blocked by transforms/rate")
     else:
         _redrawn(claims, transform, name, judged)
-    _only_declared(claims, transform, transforms, name, judged)
+    if transform.rate is None:
+        claims.not_applicable(
+            "only_declared",
+            f"declared {name} applies to every sample alike (no sample to compare without it); the other fields "
+            "are judged as before by fidelity and batch/delivered",
+        )
+    else:
+        _only_declared(claims, transform, transforms, name, judged)
     return summary
 
 

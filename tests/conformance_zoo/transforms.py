@@ -29,7 +29,8 @@ DECLARATIONS = {
     "PerKeySeedDropoutTaskEncoder": 'caption: dropout rate=0.1 to=""',
     "UnseededDropoutTaskEncoder": 'caption: dropout rate=0.1 to=""',
     "DropsEmbeddingsTooTaskEncoder": 'caption: dropout rate=0.1 to=""',
-    "TruncatesEveryOtherTaskEncoder": "prompt_embeds: truncate axis=0 length=4",
+    "TruncatesToFiveTaskEncoder": "prompt_embeds: truncate axis=0 length=4",
+    "ZerosLatentsTaskEncoder": "latents: flip axis=-1 rate=0.5",
 }
 
 
@@ -150,14 +151,20 @@ class DropsEmbeddingsTooTaskEncoder(EncodedDiffusionTaskEncoder):
         return sample
 
 
-class TruncatesEveryOtherTaskEncoder(EncodedDiffusionTaskEncoder):
-    """Declared to truncate every sample, truncates only some (a length check on the wrong axis)."""
+class TruncatesToFiveTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Declared to keep 4 tokens, keeps 5 (the length of another configuration)."""
 
     @stateless
     def encode_sample(self, sample):
-        if zlib.crc32(sample.__key__.encode()) % 2:
-            return dataclasses.replace(sample, prompt_embeds=sample.prompt_embeds[:4].clone())
-        return sample
+        return dataclasses.replace(sample, prompt_embeds=sample.prompt_embeds[:5].clone())
+
+
+class ZerosLatentsTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Declared to flip the latents, replaces them by zeros (a default left in from a test)."""
+
+    @stateless
+    def encode_sample(self, sample):
+        return dataclasses.replace(sample, latents=torch.zeros_like(sample.latents))
 
 
 #: a cooker form of the correct dropout, as ``--cooker`` takes it
