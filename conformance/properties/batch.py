@@ -45,7 +45,7 @@ from ..pipeline import (
 )
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
-from ..transforms import declaration_hint, recognise, what_changed
+from ..transforms import declaration_hint, field_transform, recognise, what_changed
 from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
 from .packing import packing_configured, packs
 
@@ -500,9 +500,11 @@ def _encode_stage_problems(
         grouped.setdefault((path, recognised), []).append(key)
     for (path, recognised), changed in grouped.items():
         share = len(changed) / len(keys)
+        declared = field_transform(transforms, path)
+        otherwise = f" otherwise than declared ('{declared}')" if declared is not None else ""
         claim.problem(
-            f"{stage} changes the {path!r} of {len(changed)} of {len(keys)} samples before batching (e.g. "
-            f"{changed[0]!r}: {what_changed(recognised)}): the model trains on that instead of the data; "
+            f"{stage} changes the {path!r} of {len(changed)} of {len(keys)} samples before batching{otherwise} "
+            f"(e.g. {changed[0]!r}: {what_changed(recognised)}): the model trains on that instead of the data; "
             + declaration_hint(path, recognised, rate=share)
         )
     return {path for path, _ in grouped}

@@ -151,7 +151,9 @@ def _clean_values(
             scores[what][0] += explained
             scores[what][1] = int(named)
     ranked = sorted(scores.items(), key=lambda item: (-item[1][0], -item[1][1]))
-    if not ranked or ranked[0][1][0] == 0:
+    if ranked and ranked[0][1][0] == 0:  # nothing explains a draw: the member named like the field, if any
+        ranked = [item for item in ranked if item[1][1]]
+    if not ranked:
         return {}, None
     what = ranked[0][0]
     return {key: found[what].value for key, found in by_key.items() if what in found}, what
@@ -247,37 +249,30 @@ def _judge(
     applied = [d for d in judged if d.outcomes[transform.field] == "applied"]
     kept = [d for d in judged if d.outcomes[transform.field] == "kept"]
     summary = {"member": member, "samples": len(judged), "applied": len(applied)}
-    with claims.claim("rate") as claim:
-        if transform.rate is None:
-            due = [d for d in judged if transform.always(clean[d.key])]
-            claim.examined(len(due))
-            missed = [d for d in due if d.outcomes[transform.field] == "kept"]
-            if not due:
-                claim.inconclusive(f"declared {name}: no sample's {member} is one it applies to")
-            elif missed:
-                claim.problem(
-                    f"declared {name}: it applies to every sample it can, but {len(missed)} of {len(due)} kept "
-                    f"their value (e.g. {missed[0].key!r}: {_show(clean[missed[0].key])})"
-                )
-        else:
-            trials = len(applied) + len(kept)
-            claim.examined(trials)
-            p_value = binomial_p_value(len(applied), trials, transform.rate)
-            summary["p_value"] = p_value
-            if p_value < ALPHA:
-                low, high = binomial_range(trials, transform.rate, ALPHA)
-                claim.problem(
-                    f"declared {name}: it applied to {len(applied)} of {trials} samples ({len(applied) / trials:.1%}), "
-                    f"each under its own per-sample seed; at the declared rate {transform.rate:g} between {low} and "
-                    f"{high} are expected (two-sided binomial test, p = {p_value:.2g} < {ALPHA:g})"
-                    + _constant_hint(applied, kept)
-                )
+    if not applied and not kept:
+        for claim_name in ("rate", "redrawn", "only_declared"):
+            claims.not_applicable(
+                claim_name,
+                "blocked by transforms/observed: no sample holds the value or its declared transform",
+            )
+        return summary
+    # Draws fixed per key are not independent, so a share of them says nothing about the rate: redrawn is
+    # judged first, unless every sample got one decision (a constant seed), which the rate names.
+    one_decision = not (applied and kept)
     if transform.rate is None or transform.rate >= 1:
         claims.not_applicable("redrawn", f"declared {name} applies to every sample alike")
-    elif claims.failed("rate"):
-        claims.not_applicable("redrawn", "blocked by transforms/rate")
+    elif one_decision:
+        claims.not_applicable("redrawn", "blocked by transforms/rate (every sample got the same decision)")
     else:
         _redrawn(claims, transform, name, judged)
+    if claims.failed("redrawn"):
+        claims.not_applicable(
+            "rate",
+            "blocked by transforms/redrawn: a sample's draws are not independent, so their share is no rate",
+        )
+    else:
+        with claims.claim("rate") as claim:
+            _rate(claim, transform, name, member, clean, judged, applied, kept, summary)
     if transform.rate is None:
         claims.not_applicable(
             "only_declared",
@@ -287,6 +282,43 @@ def _judge(
     else:
         _only_declared(claims, transform, transforms, name, judged)
     return summary
+
+
+def _rate(
+    claim: Any,
+    transform: Transform,
+    name: str,
+    member: str,
+    clean: dict[str, Any],
+    judged: list[_Draw],
+    applied: list[_Draw],
+    kept: list[_Draw],
+    summary: dict[str, Any],
+) -> None:
+    if transform.rate is None:
+        due = [d for d in judged if transform.always(clean[d.key])]
+        claim.examined(len(due))
+        missed = [d for d in due if d.outcomes[transform.field] == "kept"]
+        if not due:
+            claim.inconclusive(f"declared {name}: no sample's {member} is one it applies to")
+        elif missed:
+            claim.problem(
+                f"declared {name}: it applies to every sample it can, but {len(missed)} of {len(due)} kept "
+                f"their value (e.g. {missed[0].key!r}: {_show(clean[missed[0].key])})"
+            )
+        return
+    trials = len(applied) + len(kept)
+    claim.examined(trials)
+    p_value = binomial_p_value(len(applied), trials, transform.rate)
+    summary["p_value"] = p_value
+    if p_value < ALPHA:
+        low, high = binomial_range(trials, transform.rate, ALPHA)
+        claim.problem(
+            f"declared {name}: it applied to {len(applied)} of {trials} samples ({len(applied) / trials:.1%}), "
+            f"each under its own per-sample seed; at the declared rate {transform.rate:g} between {low} and "
+            f"{high} are expected (two-sided binomial test, p = {p_value:.2g} < {ALPHA:g})"
+            + _constant_hint(applied, kept)
+        )
 
 
 def _constant_hint(applied: list[_Draw], kept: list[_Draw]) -> str:
