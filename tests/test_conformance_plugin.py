@@ -33,9 +33,7 @@ def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
     )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "conformance targets: cooker tests.conformance_zoo.broken:cook_strips_caption" in run.stdout
-    assert (
-        "property 3 (Fidelity): 1 claim failed" in run.stdout and "reproduce: pytest --cooker" in run.stdout
-    )
+    assert "property 3 (Fidelity): " in run.stdout and "reproduce: pytest --cooker" in run.stdout
     assert "[data] fidelity/text:" in run.stdout
     document = json.loads((report / "report.json").read_text())
     assert document["schema"] == "primus-energon/conformance-report/v2"
@@ -46,7 +44,9 @@ def test_broken_cooker_exits_1_and_writes_reports(tmp_path: Path) -> None:
     claims = {c["id"]: c["verdict"] for r in document["results"] for c in r["claims"]}
     assert claims["fidelity/text"] == "fail" and claims["fidelity/tensors"] == "pass"
     assert claims["keys/key"] == "pass" and claims["fidelity/images"] == "skip"
-    assert [f["claim"] for f in document["failures"]] == ["fidelity/text"]
+    # the stripped caption: the edge cases show it, and hypothesis-drawn texts may too
+    assert {f["claim"] for f in document["failures"]} <= {"fidelity/text", "fidelity/payloads"}
+    assert "fidelity/text" in {f["claim"] for f in document["failures"]}
     assert document["failures"][0]["fix"] and document["advice"] == []
     assert "fidelity/text" in (report / "report.md").read_text()
     junit = (report / "junit.xml").read_text()
@@ -212,6 +212,15 @@ def test_the_suite_loads_only_with_a_target_and_under_its_installed_name(tmp_pat
             ["--cooker", "primus_energon:PREENCODED_COOKER", "--conformance-dataset", "/nonexistent"],
             "not a prepared dataset",
         ),
+        (
+            [
+                "--cooker",
+                "primus_energon:PREENCODED_COOKER",
+                "--conformance-transform",
+                "caption: drop rate=0.1",
+            ],
+            "--conformance-transform: transform 'caption: drop rate=0.1': unknown kind 'drop'",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -223,6 +232,30 @@ def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, args: list[str], e
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1, output[-3000:]
     assert "test_property" not in output and "Traceback" not in output and len(output.splitlines()) < 6
+
+
+def test_declared_transforms_come_from_pyproject_and_the_command_line(tmp_path: Path) -> None:
+    """conformance_transforms under [tool.pytest.ini_options] is read as pytest reads any ini option; a field
+    given on the command line replaces the ini's declaration of it, and the reproduce line carries it."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.pytest.ini_options]\n"
+        "conformance_transforms = [\n"
+        "    'caption: dropout rate=0.5 to=\"\"',  # not the target's rate\n"
+        "]\n"
+    )
+    args = [
+        "--task-encoder",
+        "tests.conformance_zoo.transforms:CfgDropoutTaskEncoder",
+        "--conformance-profile",
+    ]
+    args += ["quick", "--conformance-property", "transforms"]
+    from_ini = _pytest(tmp_path, *args)
+    assert from_ini.returncode == 1, from_ini.stdout[-3000:] + from_ini.stderr[-3000:]
+    assert "[data] transforms/rate: declared 'caption: dropout rate=0.5 to=\"\"'" in from_ini.stdout
+    assert "--conformance-transform 'caption: dropout rate=0.5 to=\"\"'" in from_ini.stdout  # reproduce
+    replaced = _pytest(tmp_path, *args, "--conformance-transform", 'caption: dropout rate=0.1 to=""')
+    assert replaced.returncode == 0, replaced.stdout[-3000:] + replaced.stderr[-3000:]
+    assert "5 pass" in replaced.stdout, replaced.stdout[-2000:]
 
 
 @pytest.mark.slow
@@ -302,4 +335,4 @@ def test_a_project_that_uses_the_short_option_names_keeps_them(tmp_path: Path) -
         "fidelity",
     )
     assert suite.returncode == 1, suite.stdout[-3000:] + suite.stderr[-3000:]
-    assert "property 3 (Fidelity): 1 claim failed" in suite.stdout
+    assert "property 3 (Fidelity): " in suite.stdout and "[data] fidelity/text:" in suite.stdout

@@ -110,6 +110,7 @@ def test_an_undeclared_change_is_recognised_as_the_declaration_that_expresses_it
     assert recognise(clean, torch.zeros_like(clean)) == "dropout rate=RATE to=zeros"
     assert recognise("a cat on a mat", "") == 'dropout rate=RATE to=""'
     assert recognise("a cat on a mat", "a cat") == "truncate length=5"
+    assert recognise("a cat on a mat \t", "a cat on a mat") is None  # stripped, not truncated
     assert recognise(clean, clean * 2) is None  # no declaration expresses a corruption
     assert recognise(clean, clean) is None
     hint = declaration_hint("caption", 'dropout rate=RATE to=""')

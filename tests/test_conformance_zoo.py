@@ -16,7 +16,17 @@ from tests.conformance_zoo.pathological import PATHOLOGICAL_TARGETS
 from tests.helpers import live_processes
 
 #: Properties that run in-process in seconds; the process-level ones have their own test files.
-FAST_PROPERTIES = ["accepted", "keys", "fidelity", "purity", "bad_input", "batch", "wrapper", "packing"]
+FAST_PROPERTIES = [
+    "accepted",
+    "keys",
+    "fidelity",
+    "purity",
+    "bad_input",
+    "batch",
+    "wrapper",
+    "packing",
+    "transforms",
+]
 
 REFERENCE_TARGETS = {
     "PREENCODED_COOKER": ("cooker", "primus_energon:PREENCODED_COOKER"),

@@ -512,6 +512,7 @@ def cook_drops_caption(sample: dict) -> dict[str, Any]:
 
 
 _EXAMPLES = str(__import__("pathlib").Path(__file__).parents[2] / "synthetic" / "examples")
+_DECLARED = __import__("tests.conformance_zoo.transforms", fromlist=["DECLARATIONS"]).DECLARATIONS
 
 #: name -> (kind, spec, options, the claim that must catch it, the verdict it must give: "fail" for a
 #: defect, "advice" for an opinion that never fails the run)
@@ -972,6 +973,45 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "batch/delivered",
         "fail",
     ),
+    "encode_sample zeroes the latents (no declaration says so)": (
+        "task_encoder",
+        "transforms:ZerosLatentsTaskEncoder",
+        {},
+        "batch/delivered",
+        "fail",
+    ),
+    **{
+        description: (
+            "task_encoder",
+            f"transforms:{name}",
+            {"transforms": [_DECLARED[name]]},
+            claim_id,
+            "fail",
+        )
+        for description, name, claim_id in (
+            ("CFG dropout declared at 10 %, dropping half", "DropsHalfTaskEncoder", "transforms/rate"),
+            (
+                "CFG dropout seeded from the sample's key",
+                "PerKeySeedDropoutTaskEncoder",
+                "transforms/redrawn",
+            ),
+            (
+                "CFG dropout from an unseeded global generator",
+                "UnseededDropoutTaskEncoder",
+                "transforms/deterministic",
+            ),
+            (
+                "CFG dropout zeroing the pooled embedding too",
+                "DropsEmbeddingsTooTaskEncoder",
+                "transforms/only_declared",
+            ),
+            (
+                "declared to truncate to 4 tokens, keeps 5",
+                "TruncatesToFiveTaskEncoder",
+                "transforms/observed",
+            ),
+        )
+    },
 }
 
 

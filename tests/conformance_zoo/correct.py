@@ -260,6 +260,16 @@ _EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
 
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
+    "CFG caption dropout, declared": (
+        "task_encoder",
+        "tests.conformance_zoo.transforms:CfgDropoutTaskEncoder",
+        {"transforms": ['caption: dropout rate=0.1 to=""']},
+    ),
+    "a seeded flip of the latents, declared": (
+        "task_encoder",
+        "tests.conformance_zoo.transforms:FlipTaskEncoder",
+        {"transforms": ["latents: flip axis=-1 rate=0.5"]},
+    ),
     "pass-through cooker trusting weights_only=True": (
         "cooker",
         "tests.conformance_zoo.styles:cook_trusting_weights_only",
