@@ -146,6 +146,20 @@ def _before_preencoded_return(*lines: str) -> Edit:
     return Edit(_PREENCODED_RETURN, "".join(f"    {line}\n" for line in lines) + _PREENCODED_RETURN)
 
 
+#: the end of the reference EncodedDiffusionTaskEncoder.batch(), where a mutant adds a stage of its own
+_REFERENCE_BATCH_END = "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n"
+
+
+def _after_reference_batch(stage: str, *lines: str, restore_seeds: bool = False) -> Edit:
+    """Add ``stage(self, sample)`` with the body ``lines`` to the reference EncodedDiffusionTaskEncoder."""
+    decorator = "@stateless(restore_seeds=True)" if restore_seeds else "@stateless"
+    body = "".join(f"        {line}\n" for line in lines)
+    return Edit(
+        _REFERENCE_BATCH_END,
+        f"{_REFERENCE_BATCH_END}\n    {decorator}\n    def {stage}(self, sample):\n{body}",
+    )
+
+
 def _module_state(code: str) -> Edit:
     return Edit(_MODULE_STATE, f"{code}\n\n\n{_MODULE_STATE}")
 
@@ -325,6 +339,50 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        _check_batch_types(samples, DiffusionSample, type(self).__name__)\n        return batch_preencoded(samples)\n"
                 "\n    @stateless\n    def encode_batch(self, batch):\n"
                 '        return {**batch, "caption": batch["caption"][::-1], "__key__": batch["__key__"][::-1]}\n',
+            ),
+        ),
+        _ENC,
+        ("batch/delivered",),
+    ),
+    Mutant(
+        "preencode_casts_half",
+        "first_stage",
+        "a preencode_sample casts the latents to float16 (Energon runs it as the first encode stage)",
+        TASK_ENCODERS,
+        (
+            _after_reference_batch(
+                "preencode_sample", "sample.latents = sample.latents.half()", "return sample"
+            ),
+        ),
+        _ENC,
+        ("batch/delivered",),
+    ),
+    Mutant(
+        "encode_sample_truncates_prompts",
+        "first_stage",
+        "an encode_sample drops the last token of the prompt embeddings",
+        TASK_ENCODERS,
+        (
+            _after_reference_batch(
+                "encode_sample", "sample.prompt_embeds = sample.prompt_embeds[:-1].clone()", "return sample"
+            ),
+        ),
+        _ENC,
+        ("batch/delivered",),
+    ),
+    Mutant(
+        "encode_sample_cfg_undeclared",
+        "undeclared_transform",
+        "an encode_sample drops 10 % of the captions (CFG) from Energon's per-sample seed, with no declaration",
+        TASK_ENCODERS,
+        (
+            _after_reference_batch(
+                "encode_sample",
+                "import random",
+                "if random.random() < 0.1:",
+                '    sample.caption = ""',
+                "return sample",
+                restore_seeds=True,
             ),
         ),
         _ENC,
@@ -1046,6 +1104,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         _PACK,
         ("packing/determinism",),
+    ),
+    Mutant(
+        "pack_hash_order",
+        "hash_seeded_augmentation",
+        "select_samples_to_pack orders its groups by hash() of their first key (a PYTHONHASHSEED per process)",
+        PACKING,
+        (
+            Edit(
+                "                room.append(self.capacity - length)\n        return bins\n",
+                "                room.append(self.capacity - length)\n        return sorted(bins, key=lambda b: hash(b[0].__key__))\n",
+            ),
+        ),
+        _PACK,
+        ("determinism/fresh_processes",),
     ),
     Mutant(
         "pack_counts_buffers",
