@@ -362,7 +362,9 @@ def recognise(clean: Any, observed: Any) -> str | None:
     if isinstance(clean, str) and isinstance(observed, str):
         if observed == "":
             return 'dropout rate=RATE to=""'
-        if clean.startswith(observed) and clean[len(observed) :].strip():  # white space stripped is no truncation
+        if (
+            clean.startswith(observed) and clean[len(observed) :].strip()
+        ):  # white space stripped is no truncation
             return f"truncate length={len(observed)}"
         return None
     if tensor is None or seen is None:
