@@ -93,9 +93,14 @@ def pytest_command(target: ZooTarget, profile: str) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--conformance-profile", profile]
     command += [_KIND_OPTION[target.kind], target.spec]
     for name, value in target.options.items():
+        option = _CLI_NAMES.get(name, name.replace("_", "-"))
         for item in value if isinstance(value, list | tuple) else [value]:
-            command += [f"--conformance-{name.replace('_', '-')}", str(item)]
+            command += [f"--conformance-{option}", str(item)]
     return command
+
+
+#: API keywords whose command-line option is spelled otherwise (a repeatable option, one item each)
+_CLI_NAMES = {"transforms": "transform"}
 
 
 def _outcome(output: str) -> str:

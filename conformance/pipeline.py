@@ -24,7 +24,7 @@ from megatron.energon import TaskEncoder
 from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
-from .payloads import KEY, Payload, Trace, identity, payloads, trace
+from .payloads import KEY, Haystack, Payload, Trace, identity, payloads, trace
 from .transforms import Transform, field_at, field_transform, recognise
 
 __all__ = [
@@ -272,21 +272,25 @@ def encode_stage_changes(
     cooked: Sequence[Any], encoded: Sequence[Any], keys: Sequence[str], transforms: Sequence[Transform]
 ) -> list[tuple[str, str, str, Any]]:
     """``(key, path, declaration, value)`` for each payload of a cooked sample that the first encode stage
-    turns into a change a declaration expresses (see :func:`~primus_energon.conformance.transforms.recognise`:
-    a dropout, a flip, a truncation, a lossy cast) without one being declared for it. Any other change
-    (tokenising, normalising, a new field) is the stage's business and is not judged here."""
+    turns, at the same place, into a change a declaration expresses (see
+    :func:`~primus_energon.conformance.transforms.recognise`: a dropout, a flip, a truncation, a lossy cast)
+    without one being declared for it, and that is found nowhere else in the encoded sample. Any other change
+    (tokenising, normalising, a new field, a payload moved) is the stage's business and is not judged here."""
     out = []
     for key, before, after in zip(keys, cooked, encoded, strict=True):
-        found = trace([before], after, [key]).samples[0]
-        for path in found.missing():
-            if path == KEY:
+        now = {p.path: p for p in payloads(after)}
+        haystack = None
+        for payload in payloads(before):
+            other = now.get(payload.path)
+            if payload.path == KEY or other is None or identity(other) == identity(payload):
+                continue  # kept as it was (most payloads), or not at the same place (not judged)
+            transform = field_transform(transforms, payload.path)
+            if transform is not None and transform.outcome(payload.value, other.value) is not None:
                 continue
-            observed = field_at(after, path)
-            transform = field_transform(transforms, path)
-            clean = found.payloads[path].value
-            if transform is not None and transform.outcome(clean, observed) is not None:
+            recognised = recognise(payload.value, other.value)
+            if not recognised:
                 continue
-            recognised = recognise(clean, observed) if observed is not None else None
-            if recognised:
-                out.append((key, path, recognised, observed))
+            haystack = haystack or Haystack(after)
+            if not haystack.find(payload):  # not merely moved elsewhere
+                out.append((key, payload.path, recognised, other.value))
     return out

@@ -248,10 +248,17 @@ def _active(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
-    _check_usage(config)
     _keep_out_of_the_users_folder(config)
     _end_on_sigterm()
-    problems = _start_targets(config)
+    # The supervised processes start first: each imports torch and Energon and builds its target while this
+    # process checks the environment and the options (which imports them here too), on the other core.
+    _launch_targets(config)
+    try:
+        _check_usage(config)
+    except BaseException:
+        _close_targets(config)
+        raise
+    problems = _targets_started(config)
     if problems:
         _close_targets(config)
         raise pytest.UsageError("\n".join(problems))
@@ -436,10 +443,9 @@ def _check_usage(config: pytest.Config) -> None:
         raise pytest.UsageError("\n".join(problems))
 
 
-def _start_targets(config: pytest.Config) -> list[str]:
-    """Start one supervised process per target (the targets' code never runs in this one) and build each
-    target there; the usage problems (a target that does not import, is of the wrong kind, whose data
-    format is unknown, whose resume hooks do not import), one line each."""
+def _launch_targets(config: pytest.Config) -> None:
+    """Start one supervised process per target (the targets' code never runs in this one) and ask each to
+    build its target (:func:`_targets_started` collects the answers)."""
     from .supervision import SupervisedTarget, resolve_request
 
     resolve = resolve_request(
@@ -462,10 +468,15 @@ def _start_targets(config: pytest.Config) -> list[str]:
             call_timeout_s=config.getoption("conformance_call_timeout"),
             property_timeout_s=config.getoption("conformance_property_timeout"),
         )
-    problems = []
-    for target in targets.values():  # the workers import in parallel; their answers in order
+    for target in targets.values():  # the workers import in parallel
         target.launch()
-    for target in targets.values():
+
+
+def _targets_started(config: pytest.Config) -> list[str]:
+    """The launched targets' usage problems (a target that does not import, is of the wrong kind, whose data
+    format is unknown, whose resume hooks do not import), one line each, in the order given."""
+    problems = []
+    for target in config.stash[_TARGETS_KEY].values():
         problem = target.started()
         if problem:
             option = {"cooker": "--cooker", "task_encoder": "--task-encoder", "wrapper": "--wrapper"}[

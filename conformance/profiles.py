@@ -60,7 +60,7 @@ PROFILES = {
         blend_effect=0.15,
         transform_draws=128,
     ),
-    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.05),
+    "ci": Profile("ci", max_examples=30, blends=1, resume_draws=1, blend_effect=0.1),
     "thorough": Profile(
         "thorough",
         max_examples=200,

@@ -20,12 +20,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import primus_energon
 
 from .results import PropertyFailure, PropertySkipped
-from .target import Target, load_object
+
+if TYPE_CHECKING:  # the target module imports Energon (and torch): not needed to start a child process
+    from .target import Target
 
 __all__ = [
     "Background",
@@ -64,6 +66,8 @@ def child_target_args(target: Target) -> list[str]:
         reason = "it is defined in __main__, which a fresh process does not run"
     else:
         try:
+            from .target import load_object
+
             loaded = load_object(target.spec)
         except Exception as error:  # not importable: say why
             reason = f"{target.spec!r} is not importable ({error})"

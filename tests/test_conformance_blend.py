@@ -40,7 +40,7 @@ def test_statistical_parameters() -> None:
     assert (blend.ALPHA, blend.POWER) == (1e-6, 0.99)
     assert {name: p.blend_effect for name, p in PROFILES.items()} == {
         "quick": 0.15,
-        "ci": 0.05,
+        "ci": 0.1,
         "thorough": 0.05,
     }
     assert (blend.WORLD_SIZE, blend.NUM_WORKERS) == (2, 2)

@@ -1,6 +1,8 @@
 """Property 8, weight ratios: through a weighted blend of 2 to 5 datasets, the samples that reach
 ``batch()`` come from each dataset in the proportions of the weights (Pearson chi-square goodness of fit
-at alpha = 1e-6, with enough draws for 99% power against a Cohen effect of 0.05, counted across 2
+at alpha = 1e-6, with enough draws for 99% power against a Cohen effect of 0.1 (0.05 in the ``thorough``
+profile, 0.15 in ``quick``; in a blend of two equal weights, one source losing about a fifth of its samples
+is w = 0.1, a tenth is w = 0.05), counted across 2
 workers on each of 2 ranks); every cooked sample carries its blend entry's subflavors; and a dataset
 that appears twice in a blend is reported.
 
@@ -65,8 +67,8 @@ CLAIMS = claims_of(
     (
         "ratios",
         "the samples that reach batch() come from each dataset of a weighted blend in the proportions of "
-        "the weights (chi-square, alpha 1e-6, 99% power at Cohen's w 0.05; 0.15 in the quick "
-        "profile), across workers and ranks; a TaskEncoder's claim (a cooker runs before the blend)",
+        "the weights (chi-square, alpha 1e-6, 99% power at Cohen's w 0.1; 0.05 in the thorough profile, 0.15 "
+        "in quick), across workers and ranks; a TaskEncoder's claim (a cooker runs before the blend)",
         Harm.DATA,
         "do not skip, drop or duplicate samples of one source after the blend (encode_sample, batch)",
     ),
