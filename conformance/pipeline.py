@@ -40,6 +40,7 @@ __all__ = [
     "row_value",
     "encode_stage_changes",
     "first_encode_stage",
+    "own_alternatives",
 ]
 
 #: the floating dtypes a stage may cast a payload to (a cast is found by casting the given payload)
@@ -293,4 +294,21 @@ def encode_stage_changes(
             haystack = haystack or Haystack(after)
             if not haystack.find(payload):  # not merely moved elsewhere
                 out.append((key, payload.path, recognised, other.value))
+    return out
+
+
+def own_alternatives(
+    samples: Sequence[Any], keys: Sequence[str], transforms: Sequence[Transform]
+) -> dict[tuple[str, str], list[Any] | None]:
+    """:func:`declared_alternatives` for samples whose declared fields are clean (the input of a stage that
+    may apply the transform itself, such as ``batch()``): each payload in a declared field, and what the
+    declaration makes of it."""
+    out: dict[tuple[str, str], list[Any] | None] = {}
+    for key, sample in zip(keys, samples, strict=True):
+        for payload in payloads(sample):
+            transform = field_transform(transforms, payload.path)
+            if transform is not None:
+                out[(key, payload.path)] = (
+                    [payload.value, *transform.variants(payload.value)] if transform.traceable else None
+                )
     return out

@@ -260,3 +260,20 @@ def test_a_bad_declaration_is_refused_before_anything_runs(workdir) -> None:
         check_task_encoder(
             f"{ZOO}:CfgDropoutTaskEncoder", transforms=["caption: drop rate=0.1"], workdir=workdir
         )
+
+
+def test_a_dropout_in_batch_is_judged_on_the_delivered_rows(workdir) -> None:
+    """CFG dropout written into batch(): no per-sample stage shows it, the real loader's rows do; declared, the
+    rate is judged there and nothing fails; undeclared, batch/rows names the declaration."""
+    claims = _claims(_check("CfgInBatchTaskEncoder", workdir, True, ("transforms", "batch")))
+    failed = {i: c.message for i, c in claims.items() if c.verdict in ("fail", "error")}
+    assert not failed, failed
+    assert claims["transforms/rate"].verdict == "pass" and claims["transforms/rate"].examined >= 64
+    assert "after the per-sample stages" in claims["transforms/redrawn"].message
+    claims = _claims(_check("CfgInBatchTaskEncoder", workdir, False, ("batch",)))
+    assert claims["batch/rows"].verdict == "fail"
+    assert '(its row holds "" (a dropout))' in claims["batch/rows"].message
+    assert (
+        "declare it: --conformance-transform 'caption: dropout rate=RATE to=\"\"'"
+        in claims["batch/rows"].message
+    )

@@ -40,6 +40,7 @@ from ..pipeline import (
     explained,
     first_encode_stage,
     first_stage_samples,
+    own_alternatives,
     row_value,
     seeded_payloads,
 )
@@ -172,7 +173,9 @@ def _where(sample: SampleTrace) -> str:
     )
 
 
-def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str = "") -> Trace:
+def _check_rows(
+    batch: Any, samples: list[Any], required: Any = None, note: str = "", transforms: Any = ()
+) -> Trace:
     """Follow every sample's payloads into ``batch`` by value (stacked, concatenated with or without
     lengths, in lists of per-sample dicts): a payload is lost when it is nowhere while the batch carries
     that field for other samples, or when it is required data (``required(key, payload)``); a sample's
@@ -187,9 +190,16 @@ def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str 
             "every tensor and text of the samples is lost or transformed beyond recognition"
         )
     by_key = {s.key: s for s in result.samples}
+    declared = own_alternatives(samples, keys, transforms) if transforms else {}
     lost: dict[str, list[tuple[str, str]]] = {}
+    hints: dict[str, None] = {}  # the declarations that would express the changes seen, once each
     for key, path, why in result.lost(required, keys=True):
-        lost.setdefault(key, []).append((path, why))
+        if not explained(result, key, path, declared):  # a declared transform batch() applies is no loss
+            row = keys.index(key) if key in keys else None  # a shared key is traced as 'KEY (#i)'
+            change, hint = _recognised(batch, by_key[key].payloads.get(path), path, row)
+            if hint:
+                hints[hint] = None
+            lost.setdefault(key, []).append((path, why + change))
     problems = []
     for key, entries in lost.items():
         if len(entries) == 1:
@@ -210,7 +220,7 @@ def _check_rows(batch: Any, samples: list[Any], required: Any = None, note: str 
     if problems:
         headline = _kept_subset(result)
         shown = problems[:6] + ([f"... and {len(problems) - 6} more"] if len(problems) > 6 else [])
-        fail(f"batch() of {_count(len(samples))} {keys}{note}: {headline}" + "; ".join(shown))
+        fail(f"batch() of {_count(len(samples))} {keys}{note}: {headline}" + "; ".join(shown + list(hints)))
     return result
 
 
@@ -297,7 +307,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
                     claim.examined()  # noqa: B023
                     batch = _batch(task_encoder, chosen, ctx.seed)
-                    checked = _check_rows(batch, chosen, required, note)  # noqa: B023
+                    checked = _check_rows(batch, chosen, required, note, ctx.transforms)  # noqa: B023
                     advice.extend(_advice(checked, _keys(chosen), required))  # noqa: B023
                     stats["batches"] += 1
 

@@ -27,6 +27,7 @@ from ..context import CheckContext
 from ..execution import TargetError, cook, encode
 from ..oracle import MISSING, Expectation, expectations, is_required
 from ..payloads import KEY, identity, payloads
+from ..pipeline import delivered_batches, row_value
 from ..transforms import (
     Transform,
     binomial_p_value,
@@ -36,6 +37,7 @@ from ..transforms import (
     recognise,
     same,
 )
+from ._common import batch_keys
 
 __all__ = ["check", "CLAIMS", "ALPHA"]
 
@@ -249,6 +251,11 @@ def _judge(
     applied = [d for d in judged if d.outcomes[transform.field] == "applied"]
     kept = [d for d in judged if d.outcomes[transform.field] == "kept"]
     summary = {"member": member, "samples": len(judged), "applied": len(applied)}
+    if not applied and transform.rate is not None and ctx.target.kind == "task_encoder":
+        rows = _delivered_rows(ctx, encoding, transform, clean)
+        if any(outcome == "applied" for _, outcome in rows):
+            _judged_in_batches(claims, transform, name, rows, summary)
+            return summary
     if not applied and not kept:
         for claim_name in ("rate", "redrawn", "only_declared"):
             claims.not_applicable(
@@ -282,6 +289,66 @@ def _judge(
     else:
         _only_declared(claims, transform, transforms, name, judged)
     return summary
+
+
+#: delivered batches read when a declared transform is not seen in the per-sample stages (batch size 4)
+BATCH_ROWS_BATCHES = 32
+
+
+def _delivered_rows(
+    ctx: CheckContext, encoding: str | None, transform: Transform, clean: dict[str, Any]
+) -> list[tuple[str, str | None]]:
+    """``(key, outcome)`` for each row of the real loader's batches whose key is known: a transform applied
+    after the per-sample stages (in ``batch()`` or ``encode_batch``) is seen only there."""
+    delivered = delivered_batches(
+        ctx, ctx.main_dataset(encoding), num_workers=0, batch_size=4, max_batches=BATCH_ROWS_BATCHES
+    )
+    rows = []
+    for batch in delivered.batches:
+        for row, key in enumerate(batch_keys(batch) or ()):
+            if key in clean:
+                observed = row_value(batch, transform.field, row)
+                rows.append((key, transform.outcome(clean[key], observed) if observed is not None else None))
+    return rows
+
+
+def _judged_in_batches(
+    claims: ClaimRecorder,
+    transform: Transform,
+    name: str,
+    rows: list[tuple[str, str | None]],
+    summary: dict[str, Any],
+) -> None:
+    """A declared transform applied after the per-sample stages: its rate is judged on the delivered rows;
+    the other claims cannot be judged sample by sample (determinism and resume compare those batches)."""
+    judged = [(key, outcome) for key, outcome in rows if outcome is not None]
+    applied = sum(outcome == "applied" for _, outcome in judged)
+    summary.update({"where": "after the per-sample stages", "rows": len(judged), "applied": applied})
+    with claims.claim("observed") as claim:
+        claim.examined(len(rows))
+        odd = [key for key, outcome in rows if outcome is None]
+        if odd:
+            claim.problem(
+                f"declared {name}: in {len(odd)} of {len(rows)} delivered rows (e.g. {odd[0]!r}) field "
+                f"{transform.field!r} is neither the member's value nor that value transformed as declared"
+            )
+    with claims.claim("rate") as claim:
+        claim.examined(len(judged))
+        p_value = binomial_p_value(applied, len(judged), transform.rate)
+        summary["p_value"] = p_value
+        if p_value < ALPHA:
+            low, high = binomial_range(len(judged), transform.rate, ALPHA)
+            claim.problem(
+                f"declared {name}: applied after the per-sample stages, to {applied} of {len(judged)} delivered "
+                f"rows; at the declared rate {transform.rate:g} between {low} and {high} are expected (two-sided "
+                f"binomial test, p = {p_value:.2g} < {ALPHA:g})"
+            )
+    why = (
+        f"declared {name} is applied after the per-sample stages (in batch() or encode_batch), so it cannot be "
+        "judged sample by sample; determinism and resume compare those batches whole"
+    )
+    for claim_name in ("redrawn", "only_declared"):
+        claims.not_applicable(claim_name, why)
 
 
 def _rate(

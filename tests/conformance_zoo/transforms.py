@@ -24,6 +24,7 @@ DECLARATIONS = {
     "FlipTaskEncoder": "latents: flip axis=-1 rate=0.5",
     "TruncateTaskEncoder": "prompt_embeds: truncate axis=0 length=4",
     "CastTaskEncoder": "latents: cast dtype=bfloat16",
+    "CfgInBatchTaskEncoder": 'caption: dropout rate=0.1 to=""',
     "DropsHalfTaskEncoder": 'caption: dropout rate=0.1 to=""',
     "ConstantSeedDropoutTaskEncoder": 'caption: dropout rate=0.1 to=""',
     "PerKeySeedDropoutTaskEncoder": 'caption: dropout rate=0.1 to=""',
@@ -92,6 +93,16 @@ class CastTaskEncoder(EncodedDiffusionTaskEncoder):
     @stateless
     def encode_sample(self, sample):
         return dataclasses.replace(sample, latents=sample.latents.to(torch.bfloat16))
+
+
+class CfgInBatchTaskEncoder(EncodedDiffusionTaskEncoder):
+    """CFG caption dropout in batch(): each row's caption replaced by "" at 10 %, seeded per batch by Energon."""
+
+    @stateless(restore_seeds=True)
+    def batch(self, samples):
+        batch = super().batch(samples)
+        batch["caption"] = ["" if random.random() < 0.1 else caption for caption in batch["caption"]]
+        return batch
 
 
 # -- broken -------------------------------------------------------------------------------------------------
