@@ -52,6 +52,7 @@ def test_a_postencode_sample_that_casts_to_float16_is_named(workdir: Path) -> No
     [
         f"{ZOO}:SortsWholeRowsInEncodeBatchTaskEncoder",
         f"{ZOO}:ClonesInPostencodeTaskEncoder",
+        f"{ZOO}:UpcastsInPreencodeTaskEncoder",  # float32 -> float64 changes no value
         "tests.conformance_zoo.broken:InPlaceBatchTaskEncoder",  # normalises every sample in batch(): a transform
         "primus_energon:EncodedDiffusionTaskEncoder",
     ],
@@ -79,3 +80,12 @@ def test_seeded_augmentation_is_left_to_determinism_not_called_lost(workdir: Pat
     result = _batch("tests.conformance_zoo.correct:BoundMethodTaskEncoder", workdir)
     assert result.claim("batch/delivered").verdict == "pass", result.claim("batch/delivered").message
     assert result.details["delivered"]["seeded"] == ["noise"]
+
+
+def test_a_preencode_sample_that_casts_is_named_with_the_share(workdir: Path) -> None:
+    claim = _batch(f"{ZOO}:HalfPrecisionPreencodeTaskEncoder", workdir).claim("batch/delivered")
+    assert claim.verdict == "fail"
+    assert claim.message.startswith(
+        "preencode_sample changes the 'latents' of 24 of 24 samples before batching"
+    ), claim.message
+    assert "it cast to float16" in claim.message and "'latents: cast dtype=float16'" in claim.message

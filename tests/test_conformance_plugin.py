@@ -253,9 +253,19 @@ def test_declared_transforms_come_from_pyproject_and_the_command_line(tmp_path: 
     assert from_ini.returncode == 1, from_ini.stdout[-3000:] + from_ini.stderr[-3000:]
     assert "[data] transforms/rate: declared 'caption: dropout rate=0.5 to=\"\"'" in from_ini.stdout
     assert "--conformance-transform 'caption: dropout rate=0.5 to=\"\"'" in from_ini.stdout  # reproduce
-    replaced = _pytest(tmp_path, *args, "--conformance-transform", 'caption: dropout rate=0.1 to=""')
+    report = tmp_path / "report"
+    replaced = _pytest(
+        tmp_path,
+        *args,
+        "--conformance-transform",
+        'caption: dropout rate=0.1 to=""',
+        f"--conformance-report={report}",
+    )
     assert replaced.returncode == 0, replaced.stdout[-3000:] + replaced.stderr[-3000:]
     assert "5 pass" in replaced.stdout, replaced.stdout[-2000:]
+    assert 'declared transforms: caption: dropout rate=0.1 to=""' in replaced.stdout  # the header
+    document = json.loads((report / "report.json").read_text())
+    assert document["transforms"] == ['caption: dropout rate=0.1 to=""']
 
 
 @pytest.mark.slow

@@ -973,6 +973,13 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "batch/delivered",
         "fail",
     ),
+    "preencode_sample casts the latents to float16": (
+        "task_encoder",
+        "stages_broken:HalfPrecisionPreencodeTaskEncoder",
+        {},
+        "batch/delivered",
+        "fail",
+    ),
     "encode_sample zeroes the latents (no declaration says so)": (
         "task_encoder",
         "transforms:ZerosLatentsTaskEncoder",

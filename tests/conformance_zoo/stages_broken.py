@@ -60,3 +60,22 @@ class ClonesInPostencodeTaskEncoder(EncodedDiffusionTaskEncoder):
         sample.latents = sample.latents.clone()
         sample.prompt_embeds = sample.prompt_embeds.clone()
         return sample
+
+
+class HalfPrecisionPreencodeTaskEncoder(EncodedDiffusionTaskEncoder):
+    """``preencode_sample`` (the first encode stage when a TaskEncoder packs, or declares it) casts the latents
+    to float16: the samples Energon hands on are no longer the data."""
+
+    @stateless
+    def preencode_sample(self, sample: Any) -> Any:
+        sample.latents = sample.latents.to(torch.float16)
+        return sample
+
+
+class UpcastsInPreencodeTaskEncoder(EncodedDiffusionTaskEncoder):
+    """Correct twin: ``preencode_sample`` casts the latents to float64, which changes no value."""
+
+    @stateless
+    def preencode_sample(self, sample: Any) -> Any:
+        sample.latents = sample.latents.to(torch.float64)
+        return sample
