@@ -537,17 +537,27 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     from primus_energon.environment import versions  # installed metadata only: imports nothing
 
     env = {name: value or "not installed" for name, value in versions().items()}
-    return [
-        "conformance targets: "
-        + ", ".join(
-            [f"cooker {c}" for c in config.getoption("cooker")]
-            + [f"TaskEncoder {t}" for t in config.getoption("task_encoder")]
-            + [f"wrapper {w}" for w in config.getoption("wrapper")]
-        ),
-        f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
-        f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
-        f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
-    ] + _data_header(config)
+    return (
+        [
+            "conformance targets: "
+            + ", ".join(
+                [f"cooker {c}" for c in config.getoption("cooker")]
+                + [f"TaskEncoder {t}" for t in config.getoption("task_encoder")]
+                + [f"wrapper {w}" for w in config.getoption("wrapper")]
+            ),
+            f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
+            f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
+            f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
+        ]
+        + _data_header(config)
+        + _transforms_header(config)
+    )
+
+
+def _transforms_header(config: pytest.Config) -> list[str]:
+    """The declared transforms the verdicts are given under, if any."""
+    declared = declared_transforms(config)
+    return [f"declared transforms: {'; '.join(declared)}"] if declared else []
 
 
 def _data_header(config: pytest.Config) -> list[str]:
@@ -720,6 +730,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         seed=config.getoption("conformance_seed"),
         exitstatus=int(exitstatus),
         strict=config.getoption("conformance_strict"),
+        transforms=declared_transforms(config),
     )
 
 

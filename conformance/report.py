@@ -65,6 +65,7 @@ def write_reports(
     seed: int,
     exitstatus: int | None = None,
     strict: bool = False,
+    transforms: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.md`` into ``directory``; returns the JSON document.
 
@@ -108,6 +109,7 @@ def write_reports(
         "profile": profile,
         "seed": seed,
         "strict": strict,
+        "transforms": list(transforms or []),
         **environment(),
         "targets": targets,
         "summary": dict(Counter(r["verdict"] for r in ordered)),

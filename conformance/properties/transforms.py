@@ -400,6 +400,16 @@ def _constant_hint(applied: list[_Draw], kept: list[_Draw]) -> str:
 def _deterministic(ctx: CheckContext, claims: ClaimRecorder, draws: list[_Draw], crude: list[dict]) -> None:
     """The first draws cooked again, in reverse order, each after the global generators were put into a
     state of their own: every declared field must come out the same."""
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        _recook(ctx, claims, draws, crude)
+    finally:  # the caller's generators as they were (the Python API runs in the caller's process)
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+
+
+def _recook(ctx: CheckContext, claims: ClaimRecorder, draws: list[_Draw], crude: list[dict]) -> None:
     with claims.claim("deterministic") as claim:
         again = list(reversed(draws[:RECOOKED]))
         samples = {str(s["__key__"]): s for s in crude}
@@ -447,9 +457,9 @@ def _redrawn(claims: ClaimRecorder, transform: Transform, name: str, judged: lis
         elif not mixed:
             claim.problem(
                 f"declared {name}: each of {len(repeated)} samples met {max(counts.values())} times under other "
-                f"per-sample seeds got the same draw every time (independent draws at rate {rate:g} would differ "
-                f"for some with probability {1 - p_none:.4f}): the draw is fixed per sample key, so the same samples "
-                "are transformed every epoch"
+                f"per-sample seeds got the same draw every time (independent draws at rate {rate:g} give that with "
+                f"probability {p_none:.2g}): the draw is fixed per sample key, so the same samples are transformed "
+                "every epoch"
             )
 
 
