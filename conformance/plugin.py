@@ -285,13 +285,16 @@ def _keep_out_of_the_users_folder(config: pytest.Config) -> None:
     processes. A place the user chose (HYPOTHESIS_STORAGE_DIRECTORY, --benchmark-storage) is kept."""
     import tempfile
 
-    from hypothesis.configuration import set_hypothesis_home_dir
-
     scratch = Path(tempfile.mkdtemp(prefix="conformance-scratch-"))
     config.stash[_SCRATCH_KEY] = scratch
     if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
-        set_hypothesis_home_dir(scratch / "hypothesis")
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")  # for every child process
+        try:
+            from hypothesis.configuration import set_hypothesis_home_dir
+        except ImportError:  # the environment check, next, says so in one line
+            pass
+        else:
+            set_hypothesis_home_dir(scratch / "hypothesis")
     # pytest's temporary folder (the datasets) goes there too, unless the user chose one or asked to keep the
     # datasets. (The supervised processes have a temporary folder of their own: supervision.)
     if not config.getoption("conformance_keep_data") and not config.option.basetemp:
