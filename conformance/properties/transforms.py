@@ -25,6 +25,7 @@ import torch
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook, encode
+from ..fingerprint import fingerprint
 from ..oracle import MISSING, Expectation, expectations, is_required
 from ..payloads import KEY, identity, payloads
 from ..pipeline import delivered_batches, row_value
@@ -240,7 +241,7 @@ def _judge(
             )
         if transform.kind == "dropout" and transform.to == "constant":
             distinct = {
-                _fingerprint(d.values[transform.field])
+                fingerprint(d.values[transform.field])
                 for d in judged
                 if d.outcomes[transform.field] == "applied"
             }
@@ -530,16 +531,6 @@ def _payload(output: Any, path: str) -> Any:
         if payload.path == path:
             return payload.value
     return MISSING
-
-
-def _fingerprint(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (
-            str(value.dtype),
-            tuple(value.shape),
-            value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes(),
-        )
-    return repr(value)
 
 
 def _show(value: Any) -> str:
