@@ -20,6 +20,7 @@ from .properties import PROPERTIES, Property, get_property
 from .properties.conduct import OBSERVATIONS
 from .rendering import describe_error
 from .results import PropertyResult
+from .subprocesses import HASHSEEDS
 from .target import InputForm, Target, load_object, resolve_target
 from .transforms import Transform, parse_transforms
 
@@ -125,11 +126,12 @@ def prestart(ctx: CheckContext, properties: Iterable[Property]) -> None:
     torch.distributed run, the code-execution probe) now, so that they run while the properties before
     them are checked. Only for properties that apply to the target; ``ctx.close()`` ends whatever is left.
     A failure to start is raised again, and judged, when the property runs."""
+    properties = [p for p in properties if p.prestart is not None and ctx.target.kind in p.applies_to]
+    # their fresh processes fork from these: importing torch now overlaps making their data
+    ctx.fork_servers.warm(HASHSEEDS[: max((p.hash_seeds for p in properties), default=0)])
     for prop in properties:
-        start = prop.prestart
-        if start is not None and ctx.target.kind in prop.applies_to:
-            with contextlib.suppress(Exception):  # kept by ctx.started; the property reports it
-                ctx.started(prop.id, lambda start=start: start(ctx))  # type: ignore[misc]
+        with contextlib.suppress(Exception):  # kept by ctx.started; the property reports it
+            ctx.started(prop.id, lambda start=prop.prestart: start(ctx))  # type: ignore[misc]
 
 
 def run_property(

@@ -11,9 +11,11 @@ from typing import Any, TypeVar
 from primus_energon.synthetic import example_schemas
 
 from .data import Workspace, read_crude
+from .forkserver import ForkServers
 from .profiles import Profile
 from .results import Inconclusive
 from .specs import shell_quote
+from .subprocesses import fork_servers
 from .target import Target
 from .transforms import Transform
 
@@ -55,6 +57,7 @@ class CheckContext:
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     #: what properties started ahead of their checks (child processes), by property id
     _started: dict[str, Any] = field(default_factory=dict, repr=False)
+    _fork_servers: ForkServers | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.workspace.together and not self.workspace.dataset:
@@ -213,10 +216,21 @@ class CheckContext:
         if value is not None:
             value.close()
 
+    @property
+    def fork_servers(self) -> ForkServers:
+        """The fork servers this context's fresh processes are forked from
+        (:func:`~primus_energon.conformance.subprocesses.start_runner`), ended by :meth:`close`."""
+        if self._fork_servers is None:
+            self._fork_servers = fork_servers()
+        return self._fork_servers
+
     def close(self) -> None:
         """Release everything started; no child process of this context outlives it."""
         for key in list(self._started):
             self.release(key)
+        if self._fork_servers is not None:  # last: what was forked from them has ended above
+            self._fork_servers.close()
+            self._fork_servers = None
 
     def crude(self, path: Path, *, limit: int | None = None) -> list[dict]:
         """The crude samples of ``path`` as the target's cookers receive them: decoded by the target's own

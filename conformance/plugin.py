@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -250,8 +251,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     _keep_out_of_the_users_folder(config)
     _end_on_sigterm()
-    # The supervised processes start first: each imports torch and Energon and builds its target while this
-    # process checks the environment and the options (which imports them here too), on the other core.
+    # The supervised processes start first: each checks the environment, imports torch and Energon and
+    # builds its target while this process checks the options, on the other core.
     _launch_targets(config)
     try:
         _check_usage(config)
@@ -288,13 +289,13 @@ def _keep_out_of_the_users_folder(config: pytest.Config) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="conformance-scratch-"))
     config.stash[_SCRATCH_KEY] = scratch
     if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")  # for every child process
-        try:
-            from hypothesis.configuration import set_hypothesis_home_dir
-        except ImportError:  # the environment check, next, says so in one line
-            pass
-        else:
-            set_hypothesis_home_dir(scratch / "hypothesis")
+        # hypothesis reads the variable when it first needs its folder (in this process, and in every child);
+        # where it was imported already, it may have read it: tell it directly. (Importing it only for this
+        # would cost this process a second.)
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
+        configuration = sys.modules.get("hypothesis.configuration")
+        if configuration is not None:
+            configuration.set_hypothesis_home_dir(scratch / "hypothesis")
     # pytest's temporary folder (the datasets) goes there too, unless the user chose one or asked to keep the
     # datasets. (The supervised processes have a temporary folder of their own: supervision.)
     if not config.getoption("conformance_keep_data") and not config.option.basetemp:
@@ -376,19 +377,9 @@ def declared_transforms(config: pytest.Config) -> list[str]:
 
 
 def _check_usage(config: pytest.Config) -> None:
-    """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: a target
-    that does not import or is of the wrong kind, an unreadable schema, dataset or xfails file; first, an
-    environment that cannot run the suite (a missing dependency, an Energon release beside a
-    multi-storage-client that cannot open local paths), with its fix."""
-    from primus_energon.environment import probe_local_paths
-    from primus_energon.environment import problems as environment_problems
-
-    broken = environment_problems()
-    if not broken:
-        probed = probe_local_paths()
-        broken = [probed] if probed else []
-    if broken:
-        raise pytest.UsageError("\n".join(f"broken environment: {line}" for line in broken))
+    """Refuse, in one line each and with pytest's usage-error status (4), what cannot run at all: an
+    unreadable schema, dataset or xfails file, a declaration that does not parse. (What the environment
+    lacks and a target that does not import are the supervised processes' answers: :func:`_targets_started`.)"""
     problems: list[str] = []
     try:
         declared_transforms(config)
@@ -476,17 +467,21 @@ def _launch_targets(config: pytest.Config) -> None:
 
 
 def _targets_started(config: pytest.Config) -> list[str]:
-    """The launched targets' usage problems (a target that does not import, is of the wrong kind, whose data
-    format is unknown, whose resume hooks do not import), one line each, in the order given."""
-    problems = []
+    """The launched targets' usage problems, one line each: what the environment lacks to run the suite (a
+    missing dependency, an Energon release beside a multi-storage-client that cannot open local paths), with
+    its fix, once; else, in the order given, a target that does not import, is of the wrong kind, whose data
+    format is unknown, whose resume hooks do not import. (The supervised processes check the environment:
+    they import torch and Energon anyway, and this process need not.)"""
+    problems, broken = [], []
     for target in config.stash[_TARGETS_KEY].values():
         problem = target.started()
-        if problem:
+        broken += [line for line in target.environment if line not in broken]
+        if problem and not target.environment:
             option = {"cooker": "--cooker", "task_encoder": "--task-encoder", "wrapper": "--wrapper"}[
                 target.kind
             ]
             problems.append(f"{option} {target.spec}: {' '.join(problem.split())}")
-    return problems
+    return [f"broken environment: {line}" for line in broken] or problems
 
 
 def _specs(config: pytest.Config) -> list[tuple[str, str, str]]:

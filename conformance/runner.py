@@ -8,6 +8,9 @@ from its spec in a fresh process and runs one property's child half there::
     python -m primus_energon.conformance.runner probe --spec M:A --kind task_encoder --dataset DIR \\
         --markers DIR --out FILE.json
 
+The suite forks these from a fork server (:mod:`~primus_energon.conformance.forkserver`), which calls
+:func:`main` with the same arguments; the commands above are what reproduces a run by hand.
+
 Each subcommand's arguments and work live beside the property they serve (``add_child_arguments`` and
 ``run_child`` in :mod:`~primus_energon.conformance.properties.determinism`,
 :mod:`~primus_energon.conformance.properties.sharding` and :mod:`~primus_energon.conformance.probe`); the

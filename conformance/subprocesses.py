@@ -2,7 +2,10 @@
 in a session of its own, wait for it with a time limit, and end it and everything it started.
 
 The child side is :mod:`primus_energon.conformance.runner` (``python -m primus_energon.conformance.runner
-SUBCOMMAND``); each property that uses a child keeps its half in its own module.
+SUBCOMMAND``); each property that uses a child keeps its half in its own module. :func:`start_runner` forks
+the runner from a fork server (:mod:`primus_energon.conformance.forkserver`) where one can serve, and starts
+a new interpreter (``torch.distributed.run`` for ranks) where none can; the command it records is the
+latter either way, which is what reproduces the run.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import primus_energon
 
+from .forkserver import ForkedGroup, ForkServers, rank_environments
 from .results import PropertyFailure, PropertySkipped
 
 if TYPE_CHECKING:  # the target module imports Energon (and torch): not needed to start a child process
@@ -34,9 +39,12 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "CHILD_TAG_VARIABLE",
     "Child",
+    "HASHSEEDS",
     "child_target_args",
     "child_env",
+    "fork_servers",
     "start",
+    "start_runner",
     "finish",
     "stop",
     "tagged_processes",
@@ -48,13 +56,16 @@ __all__ = [
 _IMPORT_ROOT = Path(primus_energon.__file__).resolve().parents[1]
 #: Every child process is killed after this many seconds and the property fails, naming the command.
 DEFAULT_TIMEOUT_S = 300.0
-#: Every process the suite starts (and everything those start: workers, torch.distributed ranks, which
-#: torchrun puts in sessions of their own) inherits this variable with a value unique to its check, so
+#: Every process the suite starts (and everything those start: workers, torch.distributed ranks in sessions
+#: of their own) inherits this variable with a value unique to its check, so
 #: :func:`stop` can find and end all of them, whatever process group or session they moved to.
 CHILD_TAG_VARIABLE = "PRIMUS_CONFORMANCE_CHILD"
 _DIST_VARS = ("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_", "GROUP_", "ROLE_", "TORCHELASTIC_")
 #: The child entry point.
 RUNNER = __package__ + ".runner"
+#: The hash seeds of the suite's fresh processes: runs meant to differ in it take one each (determinism's two
+#: runs, restart's saving and restoring processes), every other run the first.
+HASHSEEDS = (1, 2)
 
 
 def child_target_args(target: Target) -> list[str]:
@@ -118,7 +129,10 @@ class Child:
 
     command: list[str]
     env_shown: dict[str, str]
-    process: subprocess.Popen
+    #: a ``subprocess.Popen``, or a forked child (:class:`~primus_energon.conformance.forkserver.Forked`,
+    #: :class:`~primus_energon.conformance.forkserver.ForkedGroup`) with the same ``pid``, ``poll``, ``wait``,
+    #: ``returncode`` and ``kill``
+    process: Any
     stdout: IO[bytes]
     stderr: IO[bytes]
     tag: str = ""
@@ -253,10 +267,13 @@ def stop(child: Child) -> None:
     """Kill ``child``, every process of its session, and every process that inherited its tag (workers,
     torch.distributed ranks in sessions of their own); returns when none is left."""
     if child.process.poll() is None:
-        try:
-            os.killpg(child.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            child.process.kill()
+        if not isinstance(child.process, subprocess.Popen):
+            child.process.kill()  # a forked child: its session (or each rank's)
+        else:
+            try:
+                os.killpg(child.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                child.process.kill()
     child.process.wait()
     if not child.tag:
         return
@@ -320,6 +337,54 @@ def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[s
     ]
 
 
+def fork_servers() -> ForkServers:
+    """Fork servers for :func:`start_runner`, one per hash seed, each started like any child (:func:`start`:
+    its own session, the suite's tag, the address-space cap); the caller closes them."""
+    return ForkServers(start, lambda hashseed: child_env(hashseed))
+
+
+def start_runner(
+    subcommand: str,
+    args: Sequence[str],
+    *,
+    servers: ForkServers | None,
+    hashseed: int | None = None,
+    world: int = 1,
+    show_env: Sequence[str] = (),
+    **extra_env: str,
+) -> Child:
+    """Run the runner's ``subcommand`` with ``args`` in a fresh process, or with ``world`` > 1 as that many
+    torch.distributed ranks on this node (the variables ``torch.distributed.run --standalone`` sets; gloo on
+    the loopback address): forked from ``servers``' server for ``hashseed`` (None: the first of
+    :data:`HASHSEEDS`) where one can serve, else a new interpreter with ``PYTHONHASHSEED=hashseed``
+    (unset for None). ``extra_env``: more variables for the child (``OMP_NUM_THREADS``)."""
+    command = torchrun_command(world, subcommand, args) if world > 1 else runner_command(subcommand, args)
+    server = servers.server(HASHSEEDS[0] if hashseed is None else hashseed) if servers is not None else None
+    if server is None or not server.ready():
+        return start(command, env=child_env(hashseed, **extra_env), show_env=show_env)
+    env = child_env(HASHSEEDS[0] if hashseed is None else hashseed, **extra_env)
+    tag = f"{server.child.tag}.{uuid.uuid4().hex}"
+    env[CHILD_TAG_VARIABLE] = tag
+    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    argv, cwd = [subcommand, *args], os.getcwd()
+    if world == 1:
+        process: Any = server.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+    else:
+        ranks = rank_environments(world, _free_port(), uuid.uuid4().hex)
+        process = ForkedGroup(
+            [server.fork(argv, env={**env, **rank}, cwd=cwd, stdout=stdout, stderr=stderr) for rank in ranks]
+        )
+    return Child(command, {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
+
+
+def _free_port() -> int:
+    """A port on the loopback address that nothing listens on now (``torch.distributed.run --standalone``
+    picks its store's port the same way)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Background:
     """Child processes a property starts ahead of its check, so that their interpreter start-up (importing
     torch and Energon takes seconds) overlaps the checks that run before it; with a directory for their
@@ -334,6 +399,11 @@ class Background:
     def start(self, name: str, args: Sequence[str], **options: Any) -> Child:
         """:func:`start` ``args`` as child ``name``."""
         self.children[name] = start(args, **options)
+        return self.children[name]
+
+    def start_runner(self, name: str, subcommand: str, args: Sequence[str], **options: Any) -> Child:
+        """:func:`start_runner` as child ``name``."""
+        self.children[name] = start_runner(subcommand, args, **options)
         return self.children[name]
 
     def close(self) -> None:

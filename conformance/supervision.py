@@ -293,6 +293,8 @@ class SupervisedTarget:
         self._incarnation = 0
         self.name = spec
         self.description = spec
+        #: what the worker found this environment lacks (:meth:`started`), one line each with its fix
+        self.environment: list[str] = []
         self.reproduce: dict[str, str] = {}
         self.strict = False
         self.supervisor: Supervisor | None = None
@@ -334,6 +336,9 @@ class SupervisedTarget:
                 else ""
             )
             return f"{gone.what}{detail}"
+        if "environment" in reply:
+            self.environment = list(reply["environment"])
+            return "; ".join(self.environment)
         if "problem" in reply or "error" in reply:
             return reply.get("problem") or reply["error"]
         self.name, self.description = reply["name"], reply["describe"]

@@ -30,10 +30,12 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if (
+    TYPE_CHECKING
+):  # imported where a value is looked at: parsing a declaration (pytest's process) needs neither
+    import torch
 
 __all__ = [
     "Transform",
@@ -62,12 +64,8 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 #: the values ``dropout to=`` names with a word (any other value is a Python literal: "", 0, None, -1.0)
 DROPOUT_WORDS = ("zeros", "constant")
 
-_FLOAT_DTYPES = {
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
+#: the dtypes ``cast dtype=`` names (torch's own names)
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _LINE = re.compile(r"^\s*(?P<field>[A-Za-z_][\w.\[\]]*)\s*:\s*(?P<kind>\w+)(?P<rest>.*)$")
 
 
@@ -121,7 +119,7 @@ class Transform:
             return (
                 tensor is not None
                 and tensor.is_floating_point()
-                and same(tensor.to(_FLOAT_DTYPES[self.dtype]), observed)
+                and same(tensor.to(_dtype(self.dtype)), observed)
             )
         if self.kind == "flip":
             tensor = as_tensor(clean)
@@ -158,9 +156,9 @@ class Transform:
             if tensor is None:
                 return []
             if self.to == "zeros":
-                return [torch.zeros_like(tensor)]
+                return [tensor.new_zeros(tensor.shape)]
             if isinstance(self.to, (int, float)):
-                return [torch.full_like(tensor, self.to)]
+                return [tensor.new_full(tensor.shape, self.to)]
             return []
         if self.kind == "truncate" and isinstance(clean, str):
             return [clean[: self.length]] if len(clean) > self.length else []
@@ -171,7 +169,7 @@ class Transform:
         if self.kind == "truncate":
             return [tensor.narrow(self.axis, 0, self.length)] if tensor.shape[self.axis] > self.length else []
         if self.kind == "cast":
-            return [tensor.to(_FLOAT_DTYPES[self.dtype])] if tensor.is_floating_point() else []
+            return [tensor.to(_dtype(self.dtype))] if tensor.is_floating_point() else []
         return []
 
     def _fits(self, tensor: torch.Tensor) -> bool:
@@ -189,11 +187,7 @@ class Transform:
             return size is not None and size > self.length
         if self.kind == "cast":
             tensor = as_tensor(clean)
-            return (
-                tensor is not None
-                and tensor.is_floating_point()
-                and tensor.dtype != _FLOAT_DTYPES[self.dtype]
-            )
+            return tensor is not None and tensor.is_floating_point() and tensor.dtype != _dtype(self.dtype)
         return False
 
 
@@ -223,8 +217,17 @@ def _dropped(to: Any, clean: Any, observed: Any) -> bool:
     return False
 
 
+def _dtype(name: str) -> torch.dtype:
+    import torch
+
+    return getattr(torch, name)
+
+
 def as_tensor(value: Any) -> torch.Tensor | None:
     """A CPU tensor for a tensor or a numeric numpy array, else None."""
+    import numpy as np
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
@@ -238,8 +241,8 @@ def same(a: Any, b: Any) -> bool:
     if ta is not None or tb is not None:
         if ta is None or tb is None or ta.dtype != tb.dtype or ta.shape != tb.shape:
             return False
-        if ta.dtype == torch.bfloat16:
-            ta, tb = ta.view(torch.int16), tb.view(torch.int16)
+        if str(ta.dtype) == "torch.bfloat16":  # numpy has no bfloat16: compare the bits
+            ta, tb = ta.view(dtype=_dtype("int16")), tb.view(dtype=_dtype("int16"))
         return ta.contiguous().numpy().tobytes() == tb.contiguous().numpy().tobytes()
     try:
         return bool(a == b)
@@ -369,11 +372,12 @@ def recognise(clean: Any, observed: Any) -> str | None:
         return None
     if tensor is None or seen is None:
         return "dropout rate=RATE to=None" if observed is None and clean is not None else None
-    if tensor.is_floating_point() and seen.dtype != tensor.dtype and seen.dtype in _FLOAT_DTYPES.values():
+    seen_name = str(seen.dtype).removeprefix("torch.")
+    if tensor.is_floating_point() and seen.dtype != tensor.dtype and seen_name in _FLOAT_DTYPES:
         if same(tensor.to(seen.dtype), seen):
             # a lossless cast (bfloat16 -> float32) changes no value: no transform to declare
             lossy = not same(seen.to(tensor.dtype), tensor)
-            return f"cast dtype={str(seen.dtype).removeprefix('torch.')}" if lossy else None
+            return f"cast dtype={seen_name}" if lossy else None
     if seen.shape == tensor.shape and seen.dtype == tensor.dtype:
         for axis in range(-1, -tensor.dim() - 1, -1):
             if tensor.shape[axis] > 1 and same(tensor.flip(axis), seen):

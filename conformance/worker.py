@@ -5,8 +5,9 @@ The pytest process gives the verdicts and never runs a target's code; it starts 
 ``--requests`` descriptor; each gets one JSON reply on ``--replies``:
 
 * ``{"op": "resolve", "spec", "kind", "options", "resume_hooks", "encoding", "schema", "dataset",
-  "profile"}``: import and build the target; ``{"ok": true, "name", "describe"}`` or ``{"problem": TEXT}``
-  (a usage error: it does not import, is of the wrong kind, its data format is unknown);
+  "profile"}``: check the environment, import and build the target; ``{"ok": true, "name", "describe"}``,
+  ``{"environment": [LINE, ...]}`` (what this environment lacks to run the suite, each with its fix) or
+  ``{"problem": TEXT}`` (a usage error: it does not import, is of the wrong kind, its data format is unknown);
 * ``{"op": "context", ...make_context options, "prestart": [property ids]}``: make the datasets and start
   the properties' child processes ahead; ``{"ok": true, "reproduce": {property id: command}}``;
 * ``{"op": "run", "property", "expected"}``: one property; ``{"result": PropertyResult.to_dict()}``;
@@ -47,6 +48,13 @@ class _Worker:
         self.options: dict[str, Any] = {}
 
     def resolve(self, request: dict[str, Any]) -> dict[str, Any]:
+        # First what this environment lacks (the pytest process leaves the check to this one, which imports
+        # torch and Energon anyway): before anything below imports them.
+        from primus_energon.environment import probe_local_paths, problems
+
+        broken = problems() or [line for line in [probe_local_paths()] if line]
+        if broken:
+            return {"environment": broken}
         from .api import parse_resume_hooks
         from .context import CheckContext
         from .data import Workspace

@@ -73,6 +73,36 @@ def live_processes(needle: str) -> list[str]:
     return found
 
 
+def live_descendants() -> list[str]:
+    """Command lines of live (not zombie) processes descending from this one, except the helpers Python's
+    multiprocessing keeps for the life of a process (the suite's forked children show their fork server's
+    command line, so a target's spec does not find them)."""
+    import os
+
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except (OSError, IndexError):
+            continue
+        if stat[0] != "Z":
+            parents[int(entry.name)] = int(stat[1])
+            commands[int(entry.name)] = cmdline
+    found, stack = [], [os.getpid()]
+    while stack:
+        parent = stack.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent:
+                stack.append(pid)
+                if "multiprocessing.resource_tracker" not in commands[pid]:
+                    found.append(f"{pid}: {commands[pid][:200]}")
+    return found
+
+
 def write_prepared_dataset(
     root: Path, samples: list[tuple[str, dict[str, bytes]]], subflavors: dict[str, Any]
 ) -> Path:

@@ -19,7 +19,7 @@ from primus_energon.conformance.subprocesses import (
     stop,
     tagged_processes,
 )
-from tests.helpers import live_processes
+from tests.helpers import live_descendants, live_processes
 
 
 @pytest.mark.slow
@@ -34,9 +34,9 @@ def test_a_rank_that_hangs_is_reported_and_every_rank_process_ended(tmp_path: Pa
     assert distributed.verdict == "fail", distributed.message
     assert "did not finish within 20 s" in distributed.message
     deadline = time.monotonic() + 5
-    while live_processes("HangsInARankTaskEncoder") and time.monotonic() < deadline:
+    while (live_processes("HangsInARankTaskEncoder") or live_descendants()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not live_processes("HangsInARankTaskEncoder")
+    assert not live_processes("HangsInARankTaskEncoder") and not live_descendants()
 
 
 def test_stop_ends_processes_that_left_the_session(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_children_started_ahead_end_with_the_check_even_when_their_property_is_b
         started = dict(ctx._started)
         assert set(started) == {"determinism", "sharding", "bad_input"}
         assert all(error is None for _, error in started.values())
-        assert live_processes("cook_raises_always"), "prestart started no child process"
+        assert live_descendants(), "prestart started no child process"
         results = {p.id: run_property(p, ctx) for p in props}
     finally:
         ctx.close()
@@ -86,9 +86,9 @@ def test_children_started_ahead_end_with_the_check_even_when_their_property_is_b
     assert "blocked by accepted/" in results["determinism"].message
     assert results["bad_input"].claim("bad_input/code_execution").verdict == "pass"
     deadline = time.monotonic() + 5
-    while live_processes("cook_raises_always") and time.monotonic() < deadline:
+    while (live_processes("cook_raises_always") or live_descendants()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not live_processes("cook_raises_always")
+    assert not live_processes("cook_raises_always") and not live_descendants()
 
 
 def test_children_run_under_an_address_space_cap_and_a_failure_names_it(monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""Property 15 (restart): per-rank states saved under torch.distributed.run (2 ranks) and restored in fresh
+"""Property 15 (restart): per-rank states saved by a 2-rank torch.distributed job and restored in fresh
 processes. The reference wrapper and a wrapper that records Energon's own description of the loader pass
 every claim, refusing each changed configuration; a wrapper or hook pair passing Energon's bare state
 through fails restart/world_size and restart/shards (samples repeated and never delivered) with advice on
@@ -105,7 +105,7 @@ def test_wrappers_that_refuse_every_change_pass(
     assert result.verdicts() == dict.fromkeys(CLAIMS, "pass")
     assert result.message == "" and not result.advice and result.reproduce == ""
     assert {claim_id: result.claim(claim_id).examined for claim_id in CLAIMS} == EXAMINED
-    assert "2 gloo ranks" in result.claim("restart/fresh_processes").message
+    assert "2-rank gloo job" in result.claim("restart/fresh_processes").message
     assert result.details["outcomes"] == {
         "unchanged": "accepted",
         **{name: f"refused: {refusal}" for name in SCENARIOS[1:]},

@@ -13,7 +13,7 @@ from primus_energon.conformance.properties import PROPERTIES, all_claims
 from tests.conformance_zoo.broken import BROKEN_TARGETS
 from tests.conformance_zoo.correct import CORRECT_TARGETS
 from tests.conformance_zoo.pathological import PATHOLOGICAL_TARGETS
-from tests.helpers import live_processes
+from tests.helpers import live_descendants, live_processes
 
 #: Properties that run in-process in seconds; the process-level ones have their own test files.
 FAST_PROPERTIES = [
@@ -193,7 +193,7 @@ def test_targets_that_cannot_cook_are_reported_never_crashed_on(name: str, workd
     assert probe.verdict in ("pass", "skip", "fail"), probe.message
     assert probe.verdict != "pass" or probe.examined > 0
     assert all(c.verdict == "skip" for c in results["bad_input"].claims if c.id != "bad_input/code_execution")
-    assert not live_processes(attr)
+    assert not live_processes(attr) and not live_descendants()
 
 
 def test_a_cooker_that_fails_on_some_clean_samples_fails_fidelity_cooks(workdir: Path) -> None:

@@ -16,10 +16,11 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..claims import Claim, ClaimRecorder
-from ..context import CheckContext
+if TYPE_CHECKING:  # the property modules import torch and Energon; the verdict process needs only this table
+    from ..claims import Claim, ClaimRecorder
+    from ..context import CheckContext
 
 __all__ = ["Property", "PROPERTIES", "get_property", "all_claims", "properties_for"]
 
@@ -34,6 +35,9 @@ class Property:
     applies_to: frozenset[str] = frozenset({"cooker", "task_encoder"})
     #: needs a target that cooks clean data: blocked (skipped, once) when ``accepted`` fails
     needs_loader: bool = True
+    #: how many hash seeds its fresh processes run under (fork servers it needs: the first n of
+    #: :data:`~primus_energon.conformance.subprocesses.HASHSEEDS`)
+    hash_seeds: int = 0
 
     @property
     def _module(self) -> ModuleType:
@@ -59,12 +63,12 @@ PROPERTIES: tuple[Property, ...] = (
     Property("keys", 2, "Key forwarding", "keys"),
     Property("fidelity", 3, "Fidelity", "fidelity"),
     Property("purity", 4, "Purity", "purity"),
-    Property("determinism", 5, "Determinism across fresh processes", "determinism"),
+    Property("determinism", 5, "Determinism across fresh processes", "determinism", hash_seeds=2),
     Property("resume", 6, "Resume", "resume"),
     Property("dispatch", 7, "Subflavor dispatch", "dispatch", _TE),
     Property("blend", 8, "Weight ratios", "blend"),
-    Property("sharding", 9, "Distributed sharding", "sharding"),
-    Property("bad_input", 10, "Bad input and security", "bad_input"),
+    Property("sharding", 9, "Distributed sharding", "sharding", hash_seeds=1),
+    Property("bad_input", 10, "Bad input and security", "bad_input", hash_seeds=1),
     Property("batch", 11, "Batch contract", "batch", _TE),
     Property("throughput", 12, "Throughput", "throughput"),
     Property(
@@ -77,6 +81,7 @@ PROPERTIES: tuple[Property, ...] = (
         "Resume in fresh processes, under changed configurations",
         "restart",
         frozenset({"cooker", "task_encoder", "wrapper"}),
+        hash_seeds=2,
     ),
     Property("transforms", 16, "Declared transforms", "transforms"),
     Property(

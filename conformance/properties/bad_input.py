@@ -44,7 +44,7 @@ from ..execution import TargetError, cook, encode, worker_context
 from ..oracle import holds, identical, is_required
 from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 from ..results import PropertyFailure, PropertySkipped
-from ..subprocesses import Child, child_env, child_target_args, finish, runner_command, start, stop
+from ..subprocesses import Child, child_target_args, finish, start_runner, stop
 from ._common import MISSING, TimedOut, call_with_timeout, decode_like_target, error_names_sample, get_field
 
 CLAIMS = claims_of(
@@ -572,10 +572,11 @@ class _Probe:
             self.args = None
         if self.args is not None:
             datasets_args = [arg for dataset in self.datasets for arg in ("--dataset", dataset)]
-            command = runner_command(
-                "probe", [*self.args, *datasets_args, "--markers", str(self.markers), "--out", str(self.out)]
+            self.child = start_runner(
+                "probe",
+                [*self.args, *datasets_args, "--markers", str(self.markers), "--out", str(self.out)],
+                servers=ctx.fork_servers,
             )
-            self.child = start(command, env=child_env())
 
     def close(self) -> None:
         if self.child is not None:

@@ -2,8 +2,8 @@
 the same seed deliver identical batches (keys and the bytes of every tensor and field), and another seed
 changes the order; for 0, 1 and 2 workers (the profile's ``determinism_workers``).
 
-Two children (``python -m primus_energon.conformance.runner determinism``, :func:`run_child` below) run
-concurrently: seed S with
+Two children (the runner's ``determinism``, :func:`run_child` below, each forked from the fork server of its
+hash seed: :func:`~primus_energon.conformance.subprocesses.start_runner`) run concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
 spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
 depends on ``num_workers``, so batches are compared per worker count, never across.
@@ -38,7 +38,7 @@ from ..context import CheckContext
 from ..data import is_metadataset
 from ..fingerprint import first_difference
 from ..results import Inconclusive, PropertySkipped
-from ..subprocesses import Background, child_env, child_target_args, finish, runner_command
+from ..subprocesses import HASHSEEDS, Background, child_target_args, finish
 from ..target import Target
 from ._common import batch_keys
 
@@ -99,8 +99,14 @@ def prestart(ctx: CheckContext) -> Background:
             if fallback is not None and len(seeds) > 1:  # the child that reads both seeds
                 seed_args += ["--reference", "--fallback", str(fallback)]
             out = background.dir / f"{label}.json"
-            command = runner_command("determinism", [*base, *common, *seed_args, "--out", str(out)])
-            background.start(label, command, env=child_env(hashseed), show_env=["PYTHONHASHSEED"])
+            background.start_runner(
+                label,
+                "determinism",
+                [*base, *common, *seed_args, "--out", str(out)],
+                servers=ctx.fork_servers,
+                hashseed=hashseed,
+                show_env=["PYTHONHASHSEED"],
+            )
     except BaseException:
         background.close()
         raise
@@ -140,7 +146,7 @@ def _fallback(ctx: CheckContext) -> Path | None:
 
 def _runs(seed: int) -> dict[str, tuple[list[int], int]]:
     """The two children: label -> (the seeds it reads, its PYTHONHASHSEED)."""
-    return {"a": ([seed], 1), "b": ([seed, seed + 1], 2)}
+    return {"a": ([seed], HASHSEEDS[0]), "b": ([seed, seed + 1], HASHSEEDS[1])}
 
 
 def _describe_keys(keys: list[str] | None) -> str:

@@ -1,5 +1,6 @@
-"""Property 15, restart: resume as training resumes. Each rank saves its loader state under
-``torch.distributed.run`` and the states are restored in fresh processes: with the same configuration
+"""Property 15, restart: resume as training resumes. Each rank of a gloo job (the ranks get what
+``torch.distributed.run`` gives them) saves its loader state, and the states are restored in fresh
+processes under another ``PYTHONHASHSEED``: with the same configuration
 the run continues exactly; with a changed one (another data-parallel world size, seed, worker count,
 micro batch size, a shard added or removed) the restore is refused loudly or continues exactly, never
 with samples silently repeated or never delivered.
@@ -23,9 +24,11 @@ leaves the ranks uneven is counted per rank as well (each rank's epoch ends wher
 it passes when no key comes twice and every key comes, and a key that comes only in the step after the
 epoch was reordered across the epoch's end (advice).
 
-Runs: a save run at world size 2 (torchrun) and one at world size 1 start ahead of the checks
-(``prestart``); when they end, a thread of the parent starts the restore runs (torchrun at world size 2,
-one process at world size 1), so all four overlap the properties checked before this one.
+Runs: a save run at world size 2 and one at world size 1 start ahead of the checks (``prestart``); when they
+end, a thread of the parent starts the restore runs, so all four overlap the properties checked before this
+one. Each process is forked from the fork server of its hash seed
+(:func:`~primus_energon.conformance.subprocesses.start_runner`); the commands in messages reproduce them with
+``torch.distributed.run``.
 """
 
 from __future__ import annotations
@@ -43,15 +46,14 @@ from typing import Any
 
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
+from ..forkserver import ForkServers
 from ..results import PropertySkipped
 from ..subprocesses import (
+    HASHSEEDS,
     Background,
     Child,
-    child_env,
     child_target_args,
     finish,
-    runner_command,
-    torchrun_command,
 )
 from ._common import fail
 
@@ -129,7 +131,7 @@ CONTINUATION = 4
 TAIL = 2
 CHANGED = ("world_size", "seed", "num_workers", "micro_batch_size", "shards")
 _KEY_PREFIX = "rs"
-_HASHSEEDS = {"save": 1, "restore": 2}
+_HASHSEEDS = {"save": HASHSEEDS[0], "restore": HASHSEEDS[1]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +197,9 @@ def _changed_applies(ctx: CheckContext) -> str | None:
 class _Runs:
     """The save runs (started by :func:`prestart`) and the restore runs a thread starts when they end."""
 
-    def __init__(self, background: Background) -> None:
+    def __init__(self, background: Background, servers: ForkServers) -> None:
         self.background = background
+        self.servers = servers
         self.lock = threading.Lock()
         self.closed = False
         self.thread: threading.Thread | None = None
@@ -206,10 +209,12 @@ class _Runs:
     def info(self) -> dict[str, Any]:
         return self.background.info
 
-    def start(self, name: str, args: list[str], env: dict[str, str]) -> None:
+    def start(self, name: str, args: list[str], **options: Any) -> None:
+        """:func:`~primus_energon.conformance.subprocesses.start_runner` the restart subcommand as ``name``
+        (not once :meth:`close` began)."""
         with self.lock:
             if not self.closed:
-                self.background.start(name, args, env=env)
+                self.background.start_runner(name, "restart", args, servers=self.servers, **options)
 
     def close(self) -> None:
         with self.lock:
@@ -266,11 +271,9 @@ def _launch(runs: _Runs, phase: str, world: int, args: list[str]) -> None:
     out = runs.background.dir / f"{phase}-w{world}"
     out.mkdir(exist_ok=True)
     full = [*args, "--phase", phase, "--out", str(out)]
-    command = torchrun_command(world, "restart", full) if world > 1 else runner_command("restart", full)
     # Another PYTHONHASHSEED in the restoring processes than in the saving ones, as a restarted job has:
     # hash() or set order that decides the data shows.
-    hashseed = _HASHSEEDS[phase]
-    runs.start(f"{phase}-w{world}", command, child_env(hashseed, OMP_NUM_THREADS="1"))
+    runs.start(f"{phase}-w{world}", full, world=world, hashseed=_HASHSEEDS[phase], OMP_NUM_THREADS="1")
 
 
 def _chain(ctx: CheckContext, runs: _Runs, args: list[str]) -> None:
@@ -292,7 +295,7 @@ def _chain(ctx: CheckContext, runs: _Runs, args: list[str]) -> None:
 
 def prestart(ctx: CheckContext) -> _Runs:
     """Make the data, write the plan, start the save runs and the thread that starts the restore runs."""
-    runs = _Runs(Background("conformance-restart-"))
+    runs = _Runs(Background("conformance-restart-"), ctx.fork_servers)
     try:
         try:
             runs.info["target_args"] = child_target_args(ctx.target)
@@ -590,7 +593,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     restored: dict[int, dict[int, dict[str, Any]]] = {}
     unchanged_world = scenarios[0].world
     with claims.claim("fresh_processes") as claim:
-        how = "each rank saved under torch.distributed.run (2 gloo ranks)"
+        how = "each rank of a 2-rank gloo job (as torch.distributed.run starts them) saved"
         claim.note(
             f"{NUM_SAMPLES} samples in shards of {SHARD_SIZE}, batch size {BATCH_SIZE}, num_workers={NUM_WORKERS}; "
             f"{how} after {SAVE_AT[unchanged_world]} batches"
@@ -902,7 +905,7 @@ def _restore_phase(
 
 
 def run_child(target: Any, options: argparse.Namespace) -> None:
-    """One rank (under torch.distributed.run) or the one process of a world of 1: save or restore as the
+    """One rank (of a torch.distributed job) or the one process of a world of 1: save or restore as the
     plan says, writing ``rank<r>.json`` into ``--out``."""
     import os
 

@@ -1,15 +1,16 @@
 """Property 9, distributed sharding: for each world size of the profile (2 and 4), one epoch over all ranks
 delivers every sample exactly once (no rank misses, repeats or shares a sample), with 0 workers and, for
-world size 2, also 2 workers; and one real 2-rank run under ``torch.distributed`` (gloo, CPU), started by
-the suite with ``torch.distributed.run``, gives each rank a disjoint part that together cover the data.
+world size 2, also 2 workers; and one real 2-rank run under ``torch.distributed`` (gloo, CPU; the ranks get
+what ``torch.distributed.run --standalone`` gives them) gives each rank a disjoint part that together cover
+the data.
 
 In-process, each rank gets its own loader (``rank=r, world_size=ws``, train mode, ``repeat=False``) over a
 dataset of 46 samples with batch size 3, so no world size divides it evenly. Keys come from the batches
 (``__key__``) when the target's batches expose them, else from the cookers (recorded after each cook
 returned, :func:`~primus_energon.conformance.recording.instrument`; with ``repeat=False`` the whole epoch is
 consumed, so what was cooked is what was delivered, samples dropped after cooking aside). The 2-rank run's
-ranks are children (``python -m primus_energon.conformance.runner shard``, :func:`run_child` below) that
-read their epoch the same way.
+ranks are children (the runner's ``shard``, :func:`run_child` below, forked from a fork server:
+:func:`~primus_energon.conformance.subprocesses.start_runner`) that read their epoch the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..data import read_crude
 from ..execution import build_loader, closing, target_call
 from ..recording import instrument, read_records
 from ..results import PropertySkipped
-from ..subprocesses import Background, Child, child_env, child_target_args, finish, torchrun_command
+from ..subprocesses import Background, Child, child_target_args, finish
 from ..target import Target
 from ._common import batch_keys, fail
 
@@ -193,12 +194,14 @@ def prestart(ctx: CheckContext) -> Background:
     try:
         datasets = [arg for path in _datasets(ctx) for arg in ("--dataset", str(path))]
         out = ["--out", str(background.dir)]
-        command = torchrun_command(
-            DIST_WORLD_SIZE,
+        background.start_runner(
+            "distributed",
             "shard",
             [*args, *datasets, "--seed", str(ctx.seed), "--batch-size", str(BATCH_SIZE), *out],
+            servers=ctx.fork_servers,
+            world=DIST_WORLD_SIZE,
+            OMP_NUM_THREADS="1",
         )
-        background.start("distributed", command, env=child_env(OMP_NUM_THREADS="1"))
     except BaseException:
         background.close()
         raise
@@ -228,7 +231,7 @@ def _check_distributed(
         per_rank = {r["rank"]: r["keys"][str(path)] for r in records}
         source = records[0]["source"][str(path)]
         where = (
-            f"torch.distributed (gloo, {DIST_WORLD_SIZE} processes started by torch.distributed.run), "
+            f"torch.distributed (gloo, {DIST_WORLD_SIZE} rank processes on this node), "
             f"num_workers=0, one epoch of {path.name}"
         )
         _judge(ctx, claim, where, per_rank, expected[path], source)

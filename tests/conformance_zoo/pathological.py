@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -46,6 +47,14 @@ class RefusingDecoderTaskEncoder(DefaultTaskEncoder):
 
 class NoCookersTaskEncoder(DefaultTaskEncoder):
     decoder = None
+
+
+@stateless
+def cook_hangs_in_the_determinism_runs(sample: dict) -> Any:
+    """Correct in one process; hangs in determinism's fresh processes (the runner's ``determinism``)."""
+    if sys.argv[1:2] == ["determinism"]:
+        time.sleep(3600)
+    return cook_preencoded_diffusion(sample)
 
 
 @stateless
