@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import primus_energon
 
-from .forkserver import ForkedGroup, ForkServers, rank_environments
+from .forkserver import ForkedGroup, ForkServers, ForkUnavailable, rank_environments
 from .results import PropertyFailure, PropertySkipped
 
 if TYPE_CHECKING:  # the target module imports Energon (and torch): not needed to start a child process
@@ -45,6 +44,7 @@ __all__ = [
     "fork_servers",
     "start",
     "start_runner",
+    "rank_hashseeds",
     "finish",
     "stop",
     "tagged_processes",
@@ -229,8 +229,7 @@ def start(
     ``memory_cap=False``: no address-space cap (the supervised process, which runs the target as the caller's
     own process did: a CUDA context alone reserves more address space than any cap would allow)."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    inherited = os.environ.get(CHILD_TAG_VARIABLE)
-    tag = f"{inherited}.{uuid.uuid4().hex}" if inherited else uuid.uuid4().hex
+    tag = _new_tag()
     process = subprocess.Popen(
         list(args),
         env={**env, CHILD_TAG_VARIABLE: tag},
@@ -243,6 +242,12 @@ def start(
         preexec_fn=_preexec(child_memory_cap() if memory_cap else None, die_with_parent),
     )
     return Child(list(args), {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
+
+
+def _new_tag() -> str:
+    """A new child's tag: this process's own tag extended, or a new one."""
+    inherited = os.environ.get(CHILD_TAG_VARIABLE)
+    return f"{inherited}.{uuid.uuid4().hex}" if inherited else uuid.uuid4().hex
 
 
 def tagged_processes(tag: str) -> list[int]:
@@ -340,7 +345,7 @@ def torchrun_command(nproc: int, subcommand: str, args: Sequence[str]) -> list[s
 def fork_servers() -> ForkServers:
     """Fork servers for :func:`start_runner`, one per hash seed, each started like any child (:func:`start`:
     its own session, the suite's tag, the address-space cap); the caller closes them."""
-    return ForkServers(start, lambda hashseed: child_env(hashseed))
+    return ForkServers(start, stop, lambda hashseed: child_env(hashseed))
 
 
 def start_runner(
@@ -354,35 +359,65 @@ def start_runner(
     **extra_env: str,
 ) -> Child:
     """Run the runner's ``subcommand`` with ``args`` in a fresh process, or with ``world`` > 1 as that many
-    torch.distributed ranks on this node (the variables ``torch.distributed.run --standalone`` sets; gloo on
-    the loopback address): forked from ``servers``' server for ``hashseed`` (None: the first of
-    :data:`HASHSEEDS`) where one can serve, else a new interpreter with ``PYTHONHASHSEED=hashseed``
-    (unset for None). ``extra_env``: more variables for the child (``OMP_NUM_THREADS``)."""
+    torch.distributed ranks on this node (the variables and the store ``torch.distributed.run --standalone``
+    gives its ranks; gloo on the loopback address), forked from ``servers`` where they can serve: under
+    ``hashseed`` (None: the first of :data:`HASHSEEDS`), rank r under the hash seed r places after it (as
+    torchrun's ranks, each with its own). Else a new interpreter (``torch.distributed.run`` for ranks) with
+    ``PYTHONHASHSEED=hashseed`` (unset for None). ``extra_env``: more variables (``OMP_NUM_THREADS``)."""
     command = torchrun_command(world, subcommand, args) if world > 1 else runner_command(subcommand, args)
-    server = servers.server(HASHSEEDS[0] if hashseed is None else hashseed) if servers is not None else None
-    if server is None or not server.ready():
-        return start(command, env=child_env(hashseed, **extra_env), show_env=show_env)
-    env = child_env(HASHSEEDS[0] if hashseed is None else hashseed, **extra_env)
-    tag = f"{server.child.tag}.{uuid.uuid4().hex}"
-    env[CHILD_TAG_VARIABLE] = tag
+    seeds = rank_hashseeds(hashseed, world)
+    chosen = [servers.server(seed) if servers is not None else None for seed in dict.fromkeys(seeds)]
+    if all(server is not None and server.ready() for server in chosen):
+        try:
+            return _fork_runner(command, [subcommand, *args], servers, seeds, show_env, extra_env)  # type: ignore[arg-type]
+        except ForkUnavailable:
+            pass  # a server that cannot take it: an interpreter instead
+    return start(command, env=child_env(hashseed, **extra_env), show_env=show_env)
+
+
+def rank_hashseeds(hashseed: int | None, world: int) -> list[int]:
+    """The hash seed of each of ``world`` forked ranks: ``hashseed`` (None: the first of :data:`HASHSEEDS`)
+    for rank 0, the next ones for the next ranks, round the list."""
+    first = HASHSEEDS.index(hashseed) if hashseed in HASHSEEDS else 0
+    return [HASHSEEDS[(first + rank) % len(HASHSEEDS)] for rank in range(world)]
+
+
+def _fork_runner(
+    command: list[str],
+    argv: list[str],
+    servers: ForkServers,
+    seeds: list[int],
+    show_env: Sequence[str],
+    extra_env: dict[str, str],
+) -> Child:
+    """:func:`start_runner`'s forked half: one child per entry of ``seeds`` (the hash seed of each rank)."""
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    argv, cwd = [subcommand, *args], os.getcwd()
-    if world == 1:
-        process: Any = server.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
-    else:
-        ranks = rank_environments(world, _free_port(), uuid.uuid4().hex)
-        process = ForkedGroup(
-            [server.fork(argv, env={**env, **rank}, cwd=cwd, stdout=stdout, stderr=stderr) for rank in ranks]
-        )
-    return Child(command, {k: env[k] for k in show_env if k in env}, process, stdout, stderr, tag)
+    # The tag a child started here would get (:func:`start`): what it starts by exec carries it. (The forked
+    # child's own /proc environment, and so its forked loader workers', shows its server's: stopping the
+    # server finds those; stopping the child ends its session.)
+    tag = _new_tag()
+    cwd = os.getcwd()
+    store, ranks = None, [{}]
+    if len(seeds) > 1:
+        from torch.distributed import TCPStore  # as the agent of torch.distributed.run hosts it
 
-
-def _free_port() -> int:
-    """A port on the loopback address that nothing listens on now (``torch.distributed.run --standalone``
-    picks its store's port the same way)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        ranks = rank_environments(len(seeds), store.port, uuid.uuid4().hex)
+    forked = []
+    try:
+        for seed, rank in zip(seeds, ranks, strict=True):
+            server = servers.server(seed)
+            if server is None:
+                raise ForkUnavailable("the fork servers are closed")
+            env = {**child_env(seed, **extra_env), **rank, CHILD_TAG_VARIABLE: tag}
+            forked.append(server.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr))
+    except ForkUnavailable:
+        for child in forked:
+            child.kill()
+        raise
+    process: Any = forked[0] if len(forked) == 1 else ForkedGroup(forked, store)
+    shown = child_env(seeds[0], **extra_env)
+    return Child(command, {k: shown[k] for k in show_env if k in shown}, process, stdout, stderr, tag)
 
 
 class Background:

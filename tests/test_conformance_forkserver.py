@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import forkserver
-from primus_energon.conformance.forkserver import ForkedGroup, ForkServers, rank_environments
+from primus_energon.conformance.forkserver import ForkedGroup, ForkServers, ForkUnavailable, rank_environments
 from primus_energon.conformance.subprocesses import (
     CHILD_TAG_VARIABLE,
     HASHSEEDS,
     child_env,
     fork_servers,
+    rank_hashseeds,
     start_runner,
     stop,
     tagged_processes,
@@ -84,14 +86,26 @@ def test_a_forked_child_is_fresh_where_a_target_can_tell(servers: ForkServers, t
     a, b, c = states["a"], states["b"], states["c"]
     # the hash seed is the server's: the same in a and b (one server), another in c
     assert a["hash"] == b["hash"] != c["hash"]
-    # every global generator is seeded afresh in each child, as in a new interpreter
-    for generator in ("random", "numpy", "torch"):
+    # every global generator is seeded as a new interpreter seeds it: random and numpy from the OS, torch's
+    # from the OS where a new interpreter's is (torch 2.13), else from torch's fixed default
+    for generator in ("random", "numpy"):
         assert len({a[generator], b[generator], c[generator]}) == 3, generator
+    draws = [
+        subprocess.run(
+            [sys.executable, "-c", "import torch; print(float(torch.rand(1)))"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    fresh_differ = draws[0] != draws[1]
+    assert (len({a["torch"], b["torch"], c["torch"]}) == 3) is fresh_differ
     # the request's environment (and only it), folder, command line and thread count
     assert a["env"]["ONLY_IN_THE_REQUEST"] == "a" and b["env"]["ONLY_IN_THE_REQUEST"] == "b"
     assert a["env"]["PYTHONHASHSEED"] == str(HASHSEEDS[0]) and c["env"]["PYTHONHASHSEED"] == str(HASHSEEDS[1])
     assert "HOME" not in a["env"] and "HOME" in os.environ
-    assert a["cwd"] == str(tmp_path) and a["argv"] == [ENTRY, "state", str(tmp_path / "a.json")]
+    entry_file = str(Path(__file__).with_name("forkserver_entry.py"))
+    assert a["cwd"] == str(tmp_path) and a["argv"] == [entry_file, "state", str(tmp_path / "a.json")]
     assert a["threads"] == 1
     assert a["session_leader"] and len({a["pid"], b["pid"], c["pid"]}) == 3
     assert not a["zoo_imported"]  # a server imports no target module
@@ -195,7 +209,46 @@ def test_start_runner_forks_with_the_command_that_reproduces_it(servers: ForkSer
         assert "usage:" in child.stdout.read().decode()
         assert child.describe().startswith(f"PYTHONHASHSEED={HASHSEEDS[1]} ")
         assert child.command[1:3] == ["-m", "primus_energon.conformance.runner"]
-        assert child.tag.startswith(servers.server(HASHSEEDS[1]).child.tag + ".")
+        assert child.tag and child.tag != servers.server(HASHSEEDS[1]).child.tag
         assert CHILD_TAG_VARIABLE == "PRIMUS_CONFORMANCE_CHILD"
     finally:
         stop(child)
+
+
+def test_the_loader_workers_a_child_leaves_running_end_with_it(servers: ForkServers, tmp_path: Path) -> None:
+    child, _, _ = _fork(servers, HASHSEEDS[0], "orphan", str(tmp_path / "pid"))
+    assert child.wait(60) == 0
+    orphan = int((tmp_path / "pid").read_text())
+    assert _wait_gone(orphan)  # its session is ended when the child is reaped
+
+
+def test_ranks_run_under_hash_seeds_of_their_own() -> None:
+    """As torchrun's ranks, each in a new interpreter, do; restoring ranks each under another one than the
+    rank that saved."""
+    assert rank_hashseeds(None, 1) == [HASHSEEDS[0]] and rank_hashseeds(HASHSEEDS[1], 1) == [HASHSEEDS[1]]
+    assert rank_hashseeds(None, 2) == [HASHSEEDS[0], HASHSEEDS[1]]
+    assert rank_hashseeds(HASHSEEDS[1], 2) == [HASHSEEDS[1], HASHSEEDS[0]]
+
+
+def test_a_request_a_server_cannot_take_starts_an_interpreter(servers: ForkServers) -> None:
+    """A request larger than the server's socket takes (an environment of hundreds of kilobytes)."""
+    large = {f"LARGE_{i}": "x" * 100_000 for i in range(4)}
+    with pytest.raises(ForkUnavailable):
+        _fork(servers, HASHSEEDS[0], "exit", "0", env={**child_env(HASHSEEDS[0]), **large})
+    child = start_runner("probe", ["--help"], servers=servers, **large)
+    try:
+        assert isinstance(child.process, subprocess.Popen)
+        assert child.process.wait(120) == 0
+    finally:
+        stop(child)
+    exits, _, _ = _fork(servers, HASHSEEDS[0], "exit", "0")  # the server serves on
+    assert exits.wait(60) == 0
+
+
+def test_a_child_whose_server_ends_says_so(servers: ForkServers) -> None:
+    child, _, err = _fork(servers, HASHSEEDS[0], "sleep")
+    server = servers.server(HASHSEEDS[0])
+    assert server is not None and child.pid is not None
+    os.kill(server.child.process.pid, signal.SIGKILL)
+    assert child.wait(30) == -signal.SIGKILL
+    assert "the fork server ended while this process ran" in _read(err)

@@ -44,3 +44,28 @@ def test_no_two_modules_import_each_other() -> None:
         {tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if a in graph[b]}
     )
     assert both_ways == [], f"modules importing each other: {both_ways}"
+
+
+def test_the_verdict_process_imports_neither_torch_nor_energon() -> None:
+    """pytest's own process gives the verdicts; the supervised processes run the targets and import torch and
+    Energon (1.5 CPU seconds the verdict process would spend again, on a 2-core machine, during every run)."""
+    import subprocess
+    import sys
+
+    modules = [
+        "primus_energon.conformance.plugin",
+        "primus_energon.conformance.suite.test_conformance",
+        "primus_energon.conformance.supervision",
+        "primus_energon.conformance.report",
+        "primus_energon.conformance.transforms",
+    ]
+    code = (
+        "import sys\n"
+        + "".join(f"import {module}\n" for module in modules)
+        + "from primus_energon.conformance.transforms import parse_transforms\n"
+        + "parse_transforms(['caption: dropout rate=0.1 to=\"\"', 'latents: cast dtype=bfloat16'])\n"
+        + "print(sorted(m for m in ('torch', 'megatron.energon', 'numpy', 'hypothesis') if m in sys.modules))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout
