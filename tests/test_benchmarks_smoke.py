@@ -125,7 +125,8 @@ def test_conformance_speed_holds_each_real_sized_target_to_the_limit() -> None:
     summary = summarize(runs, ["ci"])
     assert summary["profiles"]["ci"]["median_s"] == 27.5  # median of the per-target medians 11 and 44
     each = {t["real_sized"]: t for t in summary["targets"] if t.get("real_sized")}
-    assert each["packed"]["value"] == 44.0 and each["packed"]["met"] is True
+    assert each["packed"]["value"] == 44.0 and each["packed"]["met"] is True  # each within 45 s
+    assert summary["profiles"]["ci"]["limit_s"] == 20.0 and summary["profiles"]["ci"]["met"] is False
     assert "(median of 3 run(s))" in each["packed"]["target"] and "(packing)" in each["packed"]["target"]
     assert each["never"]["value"] is None and each["never"]["met"] is False
     table = conformance_markdown(runs, summary, ["ci"])
