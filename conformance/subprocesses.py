@@ -421,8 +421,9 @@ def _fork_runner(
 
 
 class Background:
-    """Child processes a property starts ahead of its check, so that their interpreter start-up (importing
-    torch and Energon takes seconds) overlaps the checks that run before it; with a directory for their
+    """Child processes a property starts ahead of its check, so that their start-up (building the target,
+    making loaders; importing torch and Energon too where they are not forked) overlaps the checks that run
+    before it; with a directory for their
     output, and what the property needs to know later about what it started (``info``). :meth:`close` ends
     every child and everything it started, and removes the directory."""
 

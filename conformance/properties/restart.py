@@ -304,9 +304,9 @@ def prestart(ctx: CheckContext) -> _Runs:
             return runs
         changed = _changed_applies(ctx) is None
         if not changed and ctx.profile.name == "quick":
-            # Four fresh processes importing torch and Energon cost a quick run on 2 cores about a third of its
-            # time; for a cooker or TaskEncoder, quick leaves them to ci (resume/checkpoint restores in process,
-            # determinism/fresh_processes runs the target under two hash seeds).
+            # For a cooker or TaskEncoder, quick leaves these runs to ci (resume/checkpoint restores in process,
+            # determinism/fresh_processes runs the target under two hash seeds). They were a third of a quick
+            # run on 2 cores when each process was a new interpreter (they are forked now: not re-measured).
             runs.info["skipped"] = (
                 "the quick profile leaves the restore in fresh processes under torch.distributed to ci "
                 "(resume/checkpoint restored in process; determinism/fresh_processes ran the target in fresh "
