@@ -64,7 +64,8 @@ _DIST_VARS = ("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_", "GROUP_", "ROLE_", "TOR
 #: The child entry point.
 RUNNER = __package__ + ".runner"
 #: The hash seeds of the suite's fresh processes: runs meant to differ in it take one each (determinism's two
-#: runs, restart's saving and restoring processes), every other run the first.
+#: runs, restart's saving and restoring processes, the ranks of one job: :func:`rank_hashseeds`), every other
+#: run the first.
 HASHSEEDS = (1, 2)
 
 
