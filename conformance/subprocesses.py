@@ -404,20 +404,19 @@ def _fork_runner(
 
         store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         ranks = rank_environments(len(seeds), store.port, uuid.uuid4().hex)
-    forked = []
+    forked, shown = [], child_env(seeds[0], **extra_env)
     try:
         for seed, rank in zip(seeds, ranks, strict=True):
             server = servers.server(seed)
             if server is None:
                 raise ForkUnavailable("the fork servers are closed")
-            env = {**child_env(seed, **extra_env), **rank, CHILD_TAG_VARIABLE: tag}
+            env = {**shown, "PYTHONHASHSEED": str(seed), **rank, CHILD_TAG_VARIABLE: tag}
             forked.append(server.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr))
     except ForkUnavailable:
         for child in forked:
             child.kill()
         raise
     process: Any = forked[0] if len(forked) == 1 else ForkedGroup(forked, store)
-    shown = child_env(seeds[0], **extra_env)
     return Child(command, {k: shown[k] for k in show_env if k in shown}, process, stdout, stderr, tag)
 
 

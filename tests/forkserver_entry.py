@@ -40,19 +40,13 @@ def main(argv: list[str]) -> None:
         raise ValueError("raised in the child")
     elif what == "sleep":
         time.sleep(600)
-    elif what == "orphan":  # a loader worker left running by a child that ends
+    elif what in ("orphan", "grandchild"):  # a loader worker (forked, in the child's session) ...
         pid = os.fork()
         if pid == 0:
             time.sleep(600)
             os._exit(0)
         with open(rest[0], "w", encoding="utf-8") as out:
             out.write(str(pid))
-        os._exit(0)
-    elif what == "grandchild":  # a loader worker: forked, in the child's session
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(600)
+        if what == "orphan":  # ... left running by a child that ends
             os._exit(0)
-        with open(rest[0], "w", encoding="utf-8") as out:
-            out.write(str(pid))
         time.sleep(600)

@@ -67,7 +67,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property("resume", 6, "Resume", "resume"),
     Property("dispatch", 7, "Subflavor dispatch", "dispatch", _TE),
     Property("blend", 8, "Weight ratios", "blend"),
-    Property("sharding", 9, "Distributed sharding", "sharding", hash_seeds=1),
+    Property("sharding", 9, "Distributed sharding", "sharding", hash_seeds=2),
     Property("bad_input", 10, "Bad input and security", "bad_input", hash_seeds=1),
     Property("batch", 11, "Batch contract", "batch", _TE),
     Property("throughput", 12, "Throughput", "throughput"),
