@@ -196,6 +196,12 @@ class CheckContext:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def held_task_encoder(self) -> Any:
+        """The one TaskEncoder instance the in-process checks run every sample through, as a loader worker
+        holds one for a whole epoch: state it keeps between samples (a cache, a reused buffer) meets them
+        all. Loaders build their own, as Energon does."""
+        return self.cached("held-task-encoder", self.target.make_task_encoder)
+
     def started(self, key: str, start: Callable[[], Any]) -> Any:
         """What ``start()`` returned the first time it was asked for ``key`` (a property starting child
         processes ahead of its check: :data:`~primus_energon.conformance.properties.Property.prestart`); an

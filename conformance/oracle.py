@@ -21,7 +21,6 @@ says how it was made.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from collections.abc import Iterator, Mapping
@@ -49,6 +48,8 @@ from primus_energon.synthetic.schema import (
 from primus_energon.tensorfile import read_tensor
 
 from .fingerprint import array_tensor, fingerprint, tensor_bytes
+from .oracles.compare import identical
+from .oracles.fields import MISSING, fields
 
 __all__ = [
     "Expectation",
@@ -67,8 +68,6 @@ __all__ = [
     "NESTED",
     "STACKED",
 ]
-
-MISSING = object()
 
 
 @dataclass
@@ -288,19 +287,6 @@ def holds(output: Any, member: str, spec: MemberSpec, data: bytes) -> bool:
     )
 
 
-def fields(output: Any) -> dict[str, Any]:
-    """The output's fields by name (a dict's items, a dataclass's fields, else public attributes)."""
-    if isinstance(output, Mapping):
-        return {str(k): v for k, v in output.items()}
-    if dataclasses.is_dataclass(output):
-        return {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
-    return {
-        n: getattr(output, n)
-        for n in dir(output)
-        if not n.startswith("_") and not callable(getattr(output, n))
-    }
-
-
 def _as_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
@@ -310,11 +296,6 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
 
 
 _bits = tensor_bytes
-
-
-def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same dtype, shape and bits (a NaN equals the same NaN; ``torch.equal`` says it does not)."""
-    return a.dtype == b.dtype and a.shape == b.shape and _bits(a.detach().cpu()) == _bits(b.detach().cpu())
 
 
 def _image_array(value: Any) -> np.ndarray | None:

@@ -224,30 +224,17 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def as_tensor(value: Any) -> torch.Tensor | None:
-    """A CPU tensor for a tensor or a numeric numpy array, else None."""
-    import numpy as np
-    import torch
+    """A CPU tensor for a tensor or a numeric numpy array, else None (:func:`.oracles.compare.as_tensor`)."""
+    from .oracles.compare import as_tensor as _as_tensor
 
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return torch.from_numpy(np.ascontiguousarray(value))
-    return None
+    return _as_tensor(value)
 
 
 def same(a: Any, b: Any) -> bool:
-    """The same value: tensors (and numeric arrays) of the same dtype, shape and bits (NaN-safe), equal texts."""
-    ta, tb = as_tensor(a), as_tensor(b)
-    if ta is not None or tb is not None:
-        if ta is None or tb is None or ta.dtype != tb.dtype or ta.shape != tb.shape:
-            return False
-        if str(ta.dtype) == "torch.bfloat16":  # numpy has no bfloat16: compare the bits
-            ta, tb = ta.view(dtype=_dtype("int16")), tb.view(dtype=_dtype("int16"))
-        return ta.contiguous().numpy().tobytes() == tb.contiguous().numpy().tobytes()
-    try:
-        return bool(a == b)
-    except Exception:  # an object whose comparison raises or is ambiguous
-        return False
+    """The same value (:func:`.oracles.compare.same`: tensors by dtype, shape and bits, NaN-safe; texts)."""
+    from .oracles.compare import same as _same
+
+    return _same(a, b)
 
 
 def parse_transform(line: str) -> Transform:
@@ -454,24 +441,10 @@ def binomial_range(trials: int, rate: float, alpha: float) -> tuple[int, int]:
 
 
 def field_at(output: Any, path: str) -> Any:
-    """The value at a dotted path (``caption``, ``metadata.caption``, ``frames[0]``) of a sample or batch,
-    or :data:`~primus_energon.conformance.oracle.MISSING`."""
-    from .oracle import MISSING
+    """The value at a dotted path of a sample or batch (:func:`.oracles.fields.field_at`)."""
+    from .oracles.fields import field_at as _field_at
 
-    current = output
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            if not isinstance(current, (list, tuple)) or index >= len(current):
-                return MISSING
-            current = current[index]
-        elif isinstance(current, dict):
-            current = current.get(part, MISSING)
-        else:
-            current = getattr(current, part, MISSING)
-        if current is MISSING:
-            return MISSING
-    return current
+    return _field_at(output, path)
 
 
 def field_transform(transforms: Sequence[Transform], path: str) -> Transform | None:

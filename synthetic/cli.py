@@ -31,7 +31,7 @@ _FAULT_HELP = {
     "non-utf8-caption": "a caption stored as cp1252 bytes that are not valid UTF-8",
     "nan-tensor": "a float tensor with a few NaN elements",
     "wrong-dtype": "a tensor saved with another dtype (e.g. float32 -> float64)",
-    "wrong-shape": "a tensor whose first dim is one larger",
+    "wrong-shape": "a tensor one longer along its first axis that is not 1",
 }
 
 

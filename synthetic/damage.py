@@ -81,6 +81,15 @@ def non_utf8_caption(clean: bytes) -> tuple[bytes, dict[str, Any]]:
     raise AssertionError("cp1252 caption unexpectedly decoded as UTF-8")  # pragma: no cover
 
 
+def wrong_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a ``wrong-shape`` fault: one longer along the first axis that is not 1 (an axis of 1 is
+    part of the format, a batch or frame axis a reader may check, and stays 1), or ``(2,)`` for a scalar."""
+    if not shape:
+        return (2,)
+    axis = next((i for i, n in enumerate(shape) if n != 1), 0)
+    return shape[:axis] + (shape[axis] + 1,) + shape[axis + 1 :]
+
+
 def dotted_key_fault(shard: str, key: str, members: Iterable[str]) -> FaultRecord:
     """The manifest record of a ``dotted-key`` fault on sample ``key`` (stored as :func:`dotted_key`)."""
     return FaultRecord(
@@ -141,7 +150,7 @@ def apply_member_fault(
         return Payload(tensor_bytes(wrong), "tensor", detail["actual"], tuple(wrong.shape)), detail
     if kind == "wrong-shape":
         expected = tuple(tensor.shape)
-        actual = (expected[0] + 1,) + expected[1:] if expected else (2,)
+        actual = wrong_shape(expected)
         wrong = factory.tensor(name, spec, index, shape=actual)
         detail = {"expected": list(expected), "actual": list(actual)}
         return Payload(tensor_bytes(wrong), "tensor", spec.dtype, actual), detail

@@ -36,6 +36,7 @@ from .damage import (
     garbage_bytes,
     malicious_payload,
     non_utf8_caption,
+    wrong_shape,
 )
 from .errors import SyntheticError
 from .faults import FAULT_KINDS, dotted_key, parse_faults, plan_faults
@@ -227,7 +228,11 @@ def _member_fault(kind: str, spec: Any, data: bytes, rng: Any, marker_path: str)
         return _saved(tensor.to(TORCH_DTYPES[actual])), {"expected": expected, "actual": actual}
     if kind == "wrong-shape":
         expected = list(tensor.shape)
-        wrong = torch.cat([tensor, tensor[:1]]) if tensor.dim() else tensor.reshape(1).repeat(2)
+        if tensor.dim():
+            axis = next(i for i, n in enumerate(wrong_shape(tuple(expected))) if n != expected[i])
+            wrong = torch.cat([tensor, tensor.narrow(axis, 0, 1)], dim=axis)
+        else:
+            wrong = tensor.reshape(1).repeat(2)
         return _saved(wrong), {"expected": expected, "actual": list(wrong.shape)}
     raise SyntheticError(f"fault {kind!r} is not a member fault")  # pragma: no cover
 

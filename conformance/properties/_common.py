@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from .. import breadcrumbs
 from ..execution import target_call
-from ..oracle import MISSING
+from ..oracles.fields import MISSING, field_names, get_field
 from ..results import PropertyFailure
 
 __all__ = [
@@ -24,20 +23,6 @@ __all__ = [
 ]
 
 BASIC_KEYS = ("__key__", "__restore_key__", "__subflavors__", "__sources__")
-
-
-def field_names(output: Any) -> list[str]:
-    if isinstance(output, Mapping):
-        return [str(k) for k in output]
-    if dataclasses.is_dataclass(output):
-        return [f.name for f in dataclasses.fields(output)]
-    return [n for n in dir(output) if not n.startswith("_")]
-
-
-def get_field(output: Any, name: str) -> Any:
-    if isinstance(output, Mapping):
-        return output.get(name, MISSING)
-    return getattr(output, name, MISSING)
 
 
 def batch_keys(batch: Any) -> list[str] | None:

@@ -21,6 +21,8 @@ from primus_energon.synthetic.schema import FLOAT_DTYPES, JsonSpec, NpySpec, Pic
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook
+from ..flow import Flow
+from ..judge import MemberJudge
 from ..oracle import (
     MISSING,
     NESTED,
@@ -50,32 +52,38 @@ CLAIMS = claims_of(
     ),
     (
         "tensors",
-        "every tensor member reaches its output field with the same dtype, shape and values",
+        "every tensor member reaches the sample its pipeline returns: as it is, laid out anew, cast without "
+        "loss, padded or scaled; never cut, filled, cast with loss or flipped unless declared",
         Harm.DATA,
-        "return the tensor as read (no cast, reshape, normalisation or copy into a shared buffer)",
+        "return the tensor's values as read (a reshape or a lossless cast is fine; a cut, a fill or a lossy "
+        "cast loses data)",
     ),
     (
         "dtypes",
         "the same holds for bfloat16 and float16 data",
         Harm.DATA,
-        "do not cast tensors (e.g. .float()); keep the dtype the data was written in",
+        "do not cast tensors to a narrower dtype (e.g. .half() on float32 data); keep the dtype the data was "
+        "written in or a wider one",
     ),
     (
         "text",
-        "every text member reaches its output field as the exact UTF-8 text (non-ASCII, long, surrounding "
-        "white space and control characters included)",
+        "every text member reaches the sample as the exact UTF-8 text (non-ASCII, long, surrounding white "
+        "space and control characters included), or as token ids that tell distinct captions apart",
         Harm.DATA,
-        "decode with bytes.decode('utf-8') and keep the text as it is (no strip, truncation or ASCII filter)",
+        "decode with bytes.decode('utf-8') and keep the text as it is (no strip, truncation or ASCII filter); "
+        "tokenise each sample's own caption, to a length that keeps what tells captions apart",
     ),
     (
         "images",
-        "every image member reaches its output field with the same pixels",
+        "every image member reaches the sample with its content: as it is, or resized, cropped, laid out and "
+        "normalised as image pipelines do; never normalised twice, wrapped around, turned grey or transposed",
         Harm.DATA,
-        "decode to RGB without resizing or changing the mode",
+        "decode to RGB, resize and crop along height and width only, and normalise once (e.g. x / 127.5 - 1 "
+        "on float values, never on uint8)",
     ),
     (
         "other",
-        "every other member (JSON, bytes) reaches its output field unchanged",
+        "every other member (JSON, bytes) reaches the sample unchanged",
         Harm.DATA,
         "pass the member on as decoded",
     ),
@@ -85,6 +93,21 @@ CLAIMS = claims_of(
         Harm.ADVICE,
         "name the member's output field in the schema (`field:`) if the cooker renames it; a provenance "
         "sidecar the cooker drops on purpose needs nothing",
+    ),
+    (
+        "transformed",
+        "a member that reaches its field through a transform the suite does not recognise, or a caption cut "
+        "to the tokeniser's length, is reported with what was seen",
+        Harm.ADVICE,
+        "if the transform is deliberate, declare it (--conformance-transform 'FIELD: KIND ...') so that every "
+        "claim checks it; a caption cut to the tokeniser's length needs nothing if that length is intended",
+    ),
+    (
+        "masks",
+        "every mask beside token ids or padded embeddings marks exactly their padding, sample by sample",
+        Harm.DATA,
+        "build each sample's mask from its own length (ones for tokens, zeros for padding), in the same "
+        "order as the values it describes",
     ),
     (
         "payloads",
@@ -145,45 +168,11 @@ def _judge(
     lost_because: str = "",
     transforms: Sequence[Transform] = (),
 ) -> None:
-    """Locate one expectation in the output and record the verdict on its claim (``lost_because``: why a
-    member that is not required is lost data here, e.g. its siblings are held). A declared field holding it
-    transformed as declared holds it (``transforms``); an undeclared change the suite recognises (a dropout,
-    flip, truncation or cast) names the declaration that would express it."""
-    name = claim_of(expected.spec) if only is None else only
-    field_name, how = locate(expected, output)
-    if (field_name is None or how in ("by name", "by field:")) and _as_declared(expected, output, transforms):
-        with claims.claim(name) as claim:
-            claim.examined()
-        return
-    if field_name is None:
-        hints = [
-            _undeclared(expected, value, n) for n, value in fields(output).items() if not n.startswith("__")
-        ]
-        hint = next((h for h in hints if h), "")
-        missing = f"{where}: no output field holds {expected.what} (fields: {sorted(fields(output))})"
-        if expected.required or lost_because:
-            with claims.claim(name) as claim:
-                claim.examined()
-                claim.problem(f"{missing}, so it is lost{lost_because}{hint}", sample=key)
-        else:
-            with claims.claim("unmatched") as claim:
-                claim.examined()
-                claim.problem(missing, sample=key)
-        return
-    with claims.claim(name) as claim:
-        claim.examined()
-        if how in ("by raw bytes", NESTED, STACKED):
-            return
-        observed = fields(output)[field_name]
-        problem = difference(expected, observed)
-        if problem:
-            claim.problem(
-                f"{where}: field {field_name!r} ({how}) does not equal {expected.what}: {problem}"
-                + _undeclared(expected, observed, field_name),
-                sample=key,
-            )
-    with claims.claim("unmatched") as claim:
-        claim.examined()
+    """Judge one expectation in one output by identity and form alone (no flow: nothing is run again),
+    and record the verdict: the building block the dataset check runs with a flow."""
+    judge = MemberJudge(claims, None, where, transforms, "ci")
+    judge.expectation(0, key, expected, output, only, lost_because)
+    judge.finish(across=False)
 
 
 def _mismatch(
@@ -252,26 +241,31 @@ def _check_dataset(
     dtype_claim: bool,
     schema: Any = None,
 ) -> dict | None:
-    """Cook every sample of ``path`` and compare each member; returns the first raw sample (a template)."""
+    """Run every sample of ``path`` through the per-sample pipeline (the cooker and the first encode stage,
+    on one held TaskEncoder) and judge where each member went (:class:`~primus_energon.conformance.judge.
+    MemberJudge`: identity, then flow, then form); returns the first raw sample (a template)."""
     raw = ctx.raw(path)
-    decoded = {s["__key__"]: s for s in ctx.crude(path)}
     where = f"dataset {label} ({path.name})"
-    cooked: list[tuple[dict, Any]] = []
+    flow = Flow(ctx, path, members)
+    runs: list[tuple[int, dict, Any]] = []
     with claims.claim("cooks") as claim:
         for index, sample in enumerate(raw):
             claim.examined()
-            if sample["__key__"] not in decoded:
+            if flow.decoded(index) is None:
                 claim.problem(f"{where}: the target's decoder refused the clean sample {sample['__key__']!r}")
                 continue
             try:
-                output = cook(ctx.target, decoded[sample["__key__"]], sample_index=index, seed=ctx.seed)
+                run = flow.base(index)
             except TargetError as error:
                 claim.problem(f"{where}: {error.message}")
                 continue
-            cooked.append((sample, output))
+            runs.append((index, sample, run.output))
     schema = ctx.workspace.schema(ctx.encodings()[0]) if schema is None else schema
     siblings = _siblings(members)
-    for sample, output in cooked:
+    judge = MemberJudge(claims, flow, where, ctx.transforms, ctx.profile.name)
+    judged: list[int] = []
+    for index, sample, output in runs:
+        judge.output(sample["__key__"], output)
         held = {
             m
             for m in siblings
@@ -285,7 +279,7 @@ def _check_dataset(
             ):
                 continue
             if raw_holder(output, sample[member], spec) is not None:
-                # passed on as read (decoded later, e.g. in encode_sample): every leaf is intact
+                # passed on as read (decoded later, e.g. in batch()): every leaf is intact
                 for name in ({"dtypes"} if dtype_claim else _leaf_kinds(spec)) | {"unmatched"}:
                     with claims.claim(name) as claim:
                         claim.examined()
@@ -301,16 +295,19 @@ def _check_dataset(
             for expected in expectations(
                 member, spec, sample[member], required=is_required(schema, member, spec)
             ):
-                _judge(
-                    claims,
+                judge.expectation(
+                    index,
+                    sample["__key__"],
                     expected,
                     output,
-                    where,
-                    sample["__key__"],
                     "dtypes" if dtype_claim else None,
                     lost_because,
-                    ctx.transforms,
                 )
+        if index < judge.flow_samples:
+            judged.append(index)
+    judge.finish(judged if not dtype_claim else (), across=not dtype_claim)
+    if judge.transformed and not dtype_claim:
+        ctx.details.setdefault("fidelity_transforms", {}).update(judge.transformed)
     return raw[0] if raw else None
 
 
@@ -371,7 +368,14 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         claims.not_applicable("dtypes", "the data format has no floating-point tensor members")
     if not any(k in kinds_seen for k in ("tensors", "text")):
         claims.not_applicable("payloads", "hypothesis draws tensors and texts; the format has neither")
-    return {"samples": checked}
+    claims.not_applicable(
+        "transformed", "every member reaches its field as it is or through a recognised transform"
+    )
+    claims.not_applicable("masks", "no output carries a mask beside token ids or padded embeddings")
+    details: dict = {"samples": checked}
+    if ctx.details.get("fidelity_transforms"):
+        details["transforms"] = ctx.details["fidelity_transforms"]
+    return details
 
 
 #: texts every text member is also tried with (hypothesis draws the rest): edge cases a cooker may alter

@@ -21,9 +21,10 @@ from typing import Any
 
 from megatron.energon import TaskEncoder
 
+from .. import rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import build_loader, closing, target_call
+from ..execution import build_loader, closing, packing_settings, target_call
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..payloads import Trace, padding_problems, required_by, trace
@@ -212,9 +213,28 @@ def _recording(ctx: CheckContext, record: _Record) -> TaskEncoder:
     return task_encoder
 
 
+def _buffer(ctx: CheckContext) -> int:
+    """The packing buffer the loaders here run with (the target's own, where it has one)."""
+    return ctx.cached(
+        "packing-buffer",
+        lambda: packing_settings(ctx.target, ctx.target.make_task_encoder(), BUFFER, BATCH_SIZE)[0],
+    )
+
+
+def _num_samples(ctx: CheckContext) -> int:
+    """Samples of the packing dataset: at least :data:`NUM_SAMPLES`, and at least three pack selections of
+    the buffer for each of two ranks (or workers), so that a selection after the first is always seen."""
+    return max(NUM_SAMPLES, 3 * 2 * _buffer(ctx))
+
+
+def _continuation(ctx: CheckContext) -> int:
+    """Packed batches compared after a restore: enough to reach past the next pack selection."""
+    return max(CONTINUATION, -(-3 * _buffer(ctx) // BUFFER))
+
+
 def _path(ctx: CheckContext) -> Any:
     encoding = ctx.encodings()[0]
-    return ctx.generated(encoding, "packing", num_samples=NUM_SAMPLES, shard_size=8)
+    return ctx.generated(encoding, "packing", num_samples=_num_samples(ctx), shard_size=8)
 
 
 def _epoch(ctx: CheckContext, rank: int, world_size: int, record: _Record) -> None:
@@ -337,9 +357,13 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 f"{problem} (no required data of the format): if the model needs it, carry it into the pack"
             )
             break
+    continuation = _continuation(ctx)
     with claims.claim("determinism") as claim:
-        first, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
-        second, _ = _batches(ctx, 2, SAVE_AT + CONTINUATION)
+        # each loader under other global generator states: a selection drawn from them differs every time
+        with rngs.planted(1):
+            first, _ = _batches(ctx, 2, SAVE_AT + continuation)
+        with rngs.planted(2):
+            second, _ = _batches(ctx, 2, SAVE_AT + continuation)
         claim.examined(len(first))
         if first != second:
             at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)
@@ -348,9 +372,11 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             )
     with claims.claim("resume") as claim:
         for num_workers in (0, 2):
-            reference, state = _batches(ctx, num_workers, SAVE_AT + CONTINUATION)
-            restored, _ = _batches(ctx, num_workers, CONTINUATION, state=state)
-            claim.examined(CONTINUATION)
+            with rngs.planted(3 + num_workers):
+                reference, state = _batches(ctx, num_workers, SAVE_AT + continuation)
+            with rngs.planted(4 + num_workers):
+                restored, _ = _batches(ctx, num_workers, continuation, state=state)
+            claim.examined(continuation)
             expected = reference[SAVE_AT:]
             if restored != expected:
                 at = next(i for i, (a, b) in enumerate(zip(restored, expected, strict=True)) if a != b)

@@ -7,18 +7,17 @@ input dict is left as it was, and outputs of different samples share no memory."
 from __future__ import annotations
 
 import copy
-import random
 from typing import Any
 
-import numpy as np
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from .. import rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import cook
 from ..fingerprint import fingerprint, first_difference
+from ..flow import first_stage
 from ._common import fail
 
 CLAIMS = claims_of(
@@ -66,34 +65,6 @@ CLAIMS = claims_of(
 SAMPLES = 12
 
 
-def _rng_states() -> tuple:
-    return (torch.get_rng_state().numpy().tobytes(), repr(np.random.get_state()), random.getstate())
-
-
-#: Where the planted RNG states come from: far from any seed a target would pick, and advanced past the
-#: seeded state by a few draws, so no ``manual_seed``/``seed`` call of the target can reproduce them.
-_PLANT_BASE = 0x5EED_C0DE_2026
-
-
-def _plant_rng_states(index: int) -> tuple:
-    """Put the global torch, numpy and random generators into a state of the suite's own, different for
-    every cook and unreachable by seeding (seeded, then advanced by a number of draws), and return it.
-
-    Comparing the state before and after a cook is not enough on its own: a cooker that seeds a constant
-    leaves, from its second call on, exactly the state it found. A fresh planted state before each cook
-    makes every reseed (constant, per key) and every draw from the global generators visible."""
-    seed = _PLANT_BASE + 104_729 * index
-    draws = 3 + index % 5
-    torch.manual_seed(seed)
-    torch.rand(draws)
-    np.random.seed(seed % 2**32)
-    np.random.random_sample(draws)
-    random.seed(seed)
-    for _ in range(draws):
-        random.random()
-    return _rng_states()
-
-
 def _storages(value: Any, out: list[tuple[int, int, str]], path: str) -> None:
     if isinstance(value, torch.Tensor):
         storage = value.untyped_storage()
@@ -134,24 +105,25 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
 
     def cooked(index: int, sample: dict | None = None) -> Any:
         source = copy.deepcopy(crude[index]) if sample is None else sample
-        return cook(ctx.target, source, sample_index=index, seed=ctx.seed)
+        # as a loader worker runs it: the held TaskEncoder, cooker and first encode stage
+        return first_stage(ctx.held_task_encoder(), source, sample_index=index, seed=ctx.seed)[1]
 
     reference = [fingerprint(cooked(i)) for i in range(len(crude))]
 
-    caller_states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     changed_rng: dict[str, list] = {}
-    with claims.claim("input_unchanged") as inputs, claims.claim("global_rng") as rng:
+    # the planted states are the suite's business: the process that runs the suite gets its own back
+    with rngs.saved(), claims.claim("input_unchanged") as inputs, claims.claim("global_rng") as rng:
         for index in range(len(crude)):
             sample = copy.deepcopy(crude[index])
             before = copy.deepcopy(sample)
-            states = _plant_rng_states(index)
+            states = rngs.plant(index)
             cooked(index, sample)
             inputs.examined()
             rng.examined()
             changed = _same_members(before, sample)
             if changed:
                 inputs.problem(f"cooking sample {sample['__key__']!r} modified its input dict: {changed}")
-            after = _rng_states()
+            after = rngs.states()
             for name, planted, now in zip(("torch", "numpy", "random"), states, after, strict=True):
                 if planted != now:
                     changed_rng.setdefault(name, []).append(now)
@@ -167,10 +139,6 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     "a constant, so with num_workers=0 the training loop draws the same noise and dropout masks "
                     "at every step"
                 )
-    # the planted states are the suite's business: the process that runs the suite gets its own back
-    torch.set_rng_state(caller_states[0])
-    np.random.set_state(caller_states[1])
-    random.setstate(caller_states[2])
 
     with claims.claim("order") as claim:
         if not crude:

@@ -14,7 +14,6 @@ Resume and determinism across fresh processes compare every field, the declared 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import TargetError, cook, encode
@@ -114,16 +114,6 @@ def _first_stage(ctx: CheckContext, sample: dict, index: int) -> Any:
     except Exception as error:
         raise TargetError(f"encoding the clean sample {sample.get('__key__')!r}", error) from error
     return produced[0] if len(produced) == 1 else MISSING
-
-
-def _plant_rng(index: int) -> None:
-    """Put the global generators into a state of their own (the second pass of the deterministic claim): a
-    transform drawing from an unseeded global generator gets other draws than the first time."""
-    seed = 0x7A5F_0000 + index
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-    torch.rand(3), np.random.rand(3), random.random()
 
 
 def _clean_values(
@@ -401,13 +391,8 @@ def _constant_hint(applied: list[_Draw], kept: list[_Draw]) -> str:
 def _deterministic(ctx: CheckContext, claims: ClaimRecorder, draws: list[_Draw], crude: list[dict]) -> None:
     """The first draws cooked again, in reverse order, each after the global generators were put into a
     state of their own: every declared field must come out the same."""
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    try:
+    with rngs.saved():  # the caller's generators as they were (the Python API runs in the caller's process)
         _recook(ctx, claims, draws, crude)
-    finally:  # the caller's generators as they were (the Python API runs in the caller's process)
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
 
 
 def _recook(ctx: CheckContext, claims: ClaimRecorder, draws: list[_Draw], crude: list[dict]) -> None:
@@ -416,7 +401,7 @@ def _recook(ctx: CheckContext, claims: ClaimRecorder, draws: list[_Draw], crude:
         samples = {str(s["__key__"]): s for s in crude}
         differ = []
         for draw in again:
-            _plant_rng(draw.index)
+            rngs.plant(0x7A5F + draw.index)
             output = _first_stage(ctx, samples[draw.key], draw.index)
             claim.examined()
             for path, value in draw.values.items():

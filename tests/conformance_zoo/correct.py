@@ -260,6 +260,16 @@ _EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
 
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
+    "widens bfloat16 and float16 data to float32 (every value kept)": (
+        "cooker",
+        "tests.conformance_zoo.broken:cook_casts_to_float32",
+        {"encoding": "preencoded"},
+    ),
+    "NeMo's float16 embedding widened to float32 (every value kept)": (
+        "cooker",
+        "tests.conformance_zoo.formats:cook_nemo_as_float32",
+        {"schema": str(_EXAMPLES / "nemo.yaml")},
+    ),
     "CFG caption dropout, declared": (
         "task_encoder",
         "tests.conformance_zoo.transforms:CfgDropoutTaskEncoder",

@@ -1,0 +1,501 @@
+"""The data judge: whether each member of a sample reaches what the per-sample pipeline returns, and in what
+form. Flow first, then form:
+
+1. **Identity.** A member found as it was (by its field name, by value, nested, stacked, as its bytes) is
+   kept: nothing more to ask.
+2. **Flow.** Otherwise the fields that depend on the member are found by changing it
+   (:class:`~primus_energon.conformance.flow.Flow`): a member no field depends on is lost.
+3. **Form.** Each dependent field's value is compared with the member by its kind
+   (:func:`~primus_energon.conformance.oracles.members.member_form`): kept through a recognised transform
+   (a normalisation, a layout, a resize or crop, a widening cast, a tokenisation), declared, a change a
+   declaration would express (a flip, a cut, a lossy cast: loss unless declared), damage shown (values
+   wrapped, colour lost, normalised twice, a fill), or a transform the suite does not recognise (advice,
+   never loss).
+
+Across samples: distinct members that reach one field as the same value are collapsed (a caption cut to
+one token); captions whose appended words change nothing are cut at the tokeniser's length (advice, with
+the share); a mask must describe the padding of the field it sits beside.
+
+Findings are grouped by member, field and cause, and each is reported once with the samples it was seen in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .claims import ClaimRecorder
+from .fingerprint import fingerprint
+from .flow import Flow
+from .oracle import NESTED, STACKED, Expectation, claim_of, difference, locate
+from .oracles.compare import as_tensor
+from .oracles.fields import MISSING, fields
+from .oracles.forms import Form
+from .oracles.members import member_form
+from .oracles.tokens import mask_fields, mask_problem, pad_value, position_markers
+from .transforms import Transform, declaration_hint, field_transform, recognise
+
+__all__ = ["MemberJudge", "FLOW_SAMPLES"]
+
+#: samples of a dataset whose members' flow is measured, by profile (each costs a run per variant of every
+#: member it needs); the fields found depending on a member there stand for the member in later samples
+FLOW_SAMPLES = {"quick": 8, "ci": 12, "thorough": 32}
+
+#: captions that differ within this many characters must get different token ids (a tokeniser that cuts
+#: at its maximum length keeps at least this much of every caption)
+DISTINCT_PREFIX = 16
+
+_SEVERITY = {"corrupted": 3, "undeclared": 2, "unrecognised": 1, "kept": 0, "declared": 0}
+
+
+@dataclass
+class _Finding:
+    claim: str
+    message: str
+    keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Held:
+    """How one member reached one field in each sample (for the checks across samples)."""
+
+    claim: str
+    member: str
+    field: str
+    form: str
+    #: (key, fingerprint of the member's value, fingerprint of the field's value, the member's value)
+    pairs: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    #: (key, the form's parameters) where samples must agree on them (one scale for every sample)
+    params: list[tuple[str, tuple]] = field(default_factory=list)
+
+
+class MemberJudge:
+    """Judges the members of one dataset's samples against what the per-sample pipeline returned."""
+
+    def __init__(
+        self,
+        claims: ClaimRecorder,
+        flow: Flow | None,
+        where: str,
+        transforms: Sequence[Transform],
+        profile: str,
+    ) -> None:
+        self.claims = claims
+        self.flow = flow
+        self.where = where
+        self.transforms = tuple(transforms)
+        self.flow_samples = FLOW_SAMPLES.get(profile, 12)
+        #: member -> the fields found depending on it in the samples flow was measured on
+        self.known: dict[str, set[str]] = {}
+        self._findings: dict[tuple[str, str], _Finding] = {}
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._tokenised: dict[str, str] = {}  # text member -> the field holding its ids
+        #: "member 'txt'" -> (distinct captions, distinct ids, the shortest beginning colliding captions share)
+        self._alike: dict[str, tuple[int, int, int]] = {}
+        self._outputs: list[tuple[str, Any]] = []
+        self.transformed: dict[str, str] = {}  # "member -> field" -> how (for the report's details)
+
+    # -- one expectation -------------------------------------------------------------------------------------
+
+    def expectation(
+        self,
+        index: int,
+        key: str,
+        expected: Expectation,
+        output: Any,
+        claim_name: str | None = None,
+        lost_because: str = "",
+    ) -> None:
+        """Judge where one member (or leaf) went in sample ``key``'s output and record the verdict."""
+        name = claim_of(expected.spec) if claim_name is None else claim_name
+        present = fields(output)
+        field_name, how = locate(expected, output)
+        if field_name is not None and how in ("by raw bytes", NESTED, STACKED):
+            self._pass(name)
+            return
+        declared_here = self._declared_holds(expected, present)
+        if declared_here:
+            self._pass(name)
+            return
+        observed = present.get(field_name) if field_name is not None else None
+        if field_name is not None:
+            problem = difference(expected, observed)
+            if problem is None:
+                self._pass(name)
+                return
+            if isinstance(expected.value, str) and isinstance(observed, str):
+                # text is kept exactly: a strip, a cut or a filter is lost text (no flow needed to say so)
+                form = member_form(expected.spec, expected.value, observed, self._declared(field_name))
+                if form is not None and form.verdict in ("kept", "declared"):
+                    self._pass(name)
+                    return
+                self._problem(
+                    name,
+                    f"{self.where}: field {field_name!r} ({how}) does not equal {expected.what}: {problem}"
+                    + self._hint(expected.value, observed, field_name),
+                    key,
+                )
+                return
+        if expected.value is MISSING:
+            self._lost(name, expected, key, present, lost_because, None)
+            return
+        candidates = [field_name] if field_name is not None else []
+        dependents = self._dependents(index, expected.member)
+        candidates += [f for f in dependents if f not in candidates and f in present]
+        forms = {
+            f: member_form(expected.spec, expected.value, present[f], self._declared(f)) for f in candidates
+        }
+        forms = {f: form for f, form in forms.items() if form is not None or f in dependents}
+        kept = [
+            (f, form)
+            for f, form in forms.items()
+            if form is not None and form.verdict in ("kept", "declared")
+        ]
+        if kept:
+            holder, form = kept[0]
+            self._pass(name)
+            self._note_held(name, expected, holder, form, key, present[holder])
+            return
+        damaged = sorted(
+            ((f, form) for f, form in forms.items() if form is not None and form.defect),
+            key=lambda item: -_SEVERITY[item[1].verdict],
+        )
+        if damaged:
+            holder, form = damaged[0]
+            tail = ""
+            if form.verdict == "undeclared" and form.declaration:
+                tail = "; " + declaration_hint(holder, form.declaration)
+            self._grouped(
+                name,
+                (expected.what, holder, form.cause or form.how),
+                f"{self.where}: {expected.what} reaches field {holder!r} {_damage_words(form)}",
+                key,
+                form.how,
+                tail,
+            )
+            return
+        if dependents:
+            shown = sorted(f for f in forms if f in dependents) or sorted(dependents)
+            holder = shown[0]
+            form = forms.get(holder)
+            how_text = form.how if form is not None else _kind_of(present.get(holder))
+            declaration = form.declaration if form is not None else None
+            self._pass(name)
+            self._grouped(
+                "transformed",
+                (expected.what, holder),
+                f"{self.where}: {expected.what} reaches field(s) {shown} through a transform the suite does not "
+                "recognise",
+                key,
+                how_text,
+                f"; {declaration_hint(holder, declaration)}" if declaration else "",
+            )
+            return
+        if self.flow_samples and self._unstable(index):
+            self._pass(name)  # not judged here: determinism and purity judge what changes on its own
+            return
+        self._lost(name, expected, key, present, lost_because, field_name, observed)
+
+    # -- flow ------------------------------------------------------------------------------------------------
+
+    def _flowed(self, index: int, member: str) -> bool:
+        return member in self.known
+
+    def _dependents(self, index: int, member: str) -> set[str]:
+        """The fields that depend on ``member``: measured on this sample while within the flow budget,
+        else those measured on the samples before (none without a flow: identity and form alone)."""
+        if self.flow is None:
+            return set()
+        if index < self.flow_samples or member not in self.known:
+            found = self.flow.dependents(index, member)
+            self.known.setdefault(member, set()).update(found)
+            return found
+        return set(self.known[member])
+
+    def _unstable(self, index: int) -> bool:
+        if self.flow is None:
+            return False
+        try:
+            return bool(self.flow.unstable_fields(index))
+        except Exception:  # the second run failed: that is the determinism property's to say
+            return True
+
+    # -- declarations ----------------------------------------------------------------------------------------
+
+    def _declared(self, field_name: str) -> Transform | None:
+        return field_transform(self.transforms, field_name)
+
+    def _declared_holds(self, expected: Expectation, present: Mapping[str, Any]) -> bool:
+        """A declared field holds the expectation as its declaration allows (kept, or transformed)."""
+        for transform in self.transforms:
+            value = present.get(transform.field)
+            if value is None or transform.kind not in ("dropout", "flip", "truncate", "cast"):
+                continue
+            try:
+                if transform.outcome(expected.value, value) is not None:
+                    return True
+            except Exception:  # a declaration of another kind of value
+                continue
+        return False
+
+    def _hint(self, clean: Any, observed: Any, field_name: str) -> str:
+        recognised = recognise(clean, observed)
+        return f"; {declaration_hint(field_name, recognised)}" if recognised else ""
+
+    # -- recording -------------------------------------------------------------------------------------------
+
+    def _pass(self, name: str) -> None:
+        with self.claims.claim(name) as claim:
+            claim.examined()
+        with self.claims.claim("unmatched") as claim:
+            claim.examined()
+
+    def _problem(self, name: str, message: str, key: str) -> None:
+        with self.claims.claim(name) as claim:
+            claim.examined()
+            claim.problem(message, sample=key)
+        with self.claims.claim("unmatched") as claim:
+            claim.examined()
+
+    def _finding(self, claim_name: str, message: str, key: str | None) -> None:
+        finding = self._findings.setdefault((claim_name, message), _Finding(claim_name, message))
+        finding.keys.append(key)
+
+    def _grouped(self, name: str, group: tuple, head: str, key: str, how: str, tail: str = "") -> None:
+        """One finding per ``group`` (member, field, cause: one root cause once), its message made from the
+        first sample seen (``head (e.g. sample KEY: HOW)TAIL``), with every sample it was seen in."""
+        finding = self._findings.get((name, *group))
+        if finding is None:
+            finding = self._findings[(name, *group)] = _Finding(
+                name, f"{head} (e.g. sample {key!r}: {how}){tail}"
+            )
+        finding.keys.append(key)
+        with self.claims.claim(name) as claim:
+            claim.examined()
+        if name != "transformed":
+            with self.claims.claim("unmatched") as claim:
+                claim.examined()
+
+    def _lost(
+        self,
+        name: str,
+        expected: Expectation,
+        key: str,
+        present: Mapping[str, Any],
+        lost_because: str,
+        located: str | None,
+        observed: Any = None,
+    ) -> None:
+        shown = sorted(present)
+        flowed = self.flow is not None and expected.member in self.known
+        if located is not None:
+            what = f"{self.where}: field {located!r} does not equal {expected.what}: {difference(expected, observed)}"
+            if flowed:
+                what += " (and no output field depends on it: changing it changes nothing the pipeline returns)"
+        elif flowed:
+            what = (
+                f"{self.where}: no output field holds {expected.what} or depends on it (changing it changes "
+                f"nothing the pipeline returns; fields: {shown})"
+            )
+        else:
+            what = f"{self.where}: no output field holds {expected.what} (fields: {shown})"
+        if located is not None:  # a field of its name (or value) holds something else: the member's claim says so
+            self._problem(name, what + lost_because, key)
+        elif expected.required or lost_because:
+            self._problem(name, f"{what}, so it is lost{lost_because}", key)
+        else:
+            with self.claims.claim("unmatched") as claim:
+                claim.examined()
+                claim.problem(what, sample=key)
+
+    def _note_held(
+        self, claim_name: str, expected: Expectation, holder: str, form: Form, key: str, value: Any
+    ) -> None:
+        if form.how != "as it is":
+            self.transformed.setdefault(f"{expected.what} -> {holder}", form.how)
+        if form.cause == "tokenised" and expected.leaf is None:
+            self._tokenised.setdefault(expected.member, holder)
+        if form.how == "as it is" or form.verdict == "declared":
+            return
+        held = self._held.setdefault(
+            (expected.what, holder), _Held(claim_name, expected.what, holder, form.how)
+        )
+        held.pairs.append((key, _value_print(expected.value), fingerprint(value), expected.value))
+        if form.params:
+            held.params.append((key, form.params))
+
+    # -- across samples --------------------------------------------------------------------------------------
+
+    def output(self, key: str, output: Any) -> None:
+        """Record one sample's output for the checks across samples (masks)."""
+        self._outputs.append((key, output))
+
+    def finish(self, flow_indices: Sequence[int] = (), *, across: bool = True) -> None:
+        """The checks across samples (``across``: collapses, cut captions, masks), then every grouped
+        finding reported."""
+        if across:
+            self._scales()
+            self._collapses()
+            self._truncation(flow_indices)
+            self._masks()
+        for finding in self._findings.values():
+            with self.claims.claim(finding.claim) as claim:
+                claim.examined()
+                for key in finding.keys:
+                    claim.problem(finding.message, sample=key)
+                if not finding.keys:
+                    claim.problem(finding.message)
+
+    def _scales(self) -> None:
+        """A scale (and shift) a member reaches its field with must be the same for every sample (a VAE's
+        scaling factor): one of each sample's own (a per-sample standardisation) loses what told samples
+        apart, their scale."""
+        for held in self._held.values():
+            distinct = {tuple(float(f"{v:.4g}") for v in params): key for key, params in held.params}
+            if len(distinct) < 2:
+                continue
+            (a, first), (b, second) = list(distinct.items())[:2]
+            self._finding(
+                held.claim,
+                f"{self.where}: {held.member} reaches field {held.field!r} scaled by a factor of each sample's own "
+                f"(e.g. sample {first!r}: scaled by {a[0]:.4g}, shifted by {a[1]:.4g}; sample {second!r}: scaled "
+                f"by {b[0]:.4g}, shifted by {b[1]:.4g}): a per-sample normalisation loses the scale that tells "
+                "samples apart; scale every sample alike (a fixed factor) or not at all",
+                first,
+            )
+
+    def _collapses(self) -> None:
+        """Distinct members that reach a field as one value: the model cannot tell them apart. For captions,
+        a tokeniser's maximum length makes captions that share a long beginning alike: only captions that
+        differ within their first :data:`DISTINCT_PREFIX` characters and still get the same ids are a
+        collapse (a cut to one token, a caption replaced); the others are cut captions (advice)."""
+        for held in self._held.values():
+            by_output: dict[Any, dict[Any, tuple[str, Any]]] = {}
+            for key, member_print, output_print, value in held.pairs:
+                by_output.setdefault(output_print, {}).setdefault(member_print, (key, value))
+            collapsed = [list(group.values()) for group in by_output.values() if len(group) > 1]
+            if not collapsed:
+                continue
+            distinct = len({m for _, m, _, _ in held.pairs})
+            outputs = len({o for _, _, o, _ in held.pairs})
+            texts = all(isinstance(v, str) for group in collapsed for _, v in group)
+            shared = min(_shared_prefix([v for _, v in group]) for group in collapsed) if texts else 0
+            (first, first_value), (second, second_value) = next(
+                (g[0], g[1]) for g in collapsed if not texts or _shared_prefix([v for _, v in g]) == shared
+            )
+            summary = (
+                f"{self.where}: {distinct} distinct values of {held.member} reach field {held.field!r} as only "
+                f"{outputs} distinct values ({held.form}; e.g. samples {first!r} and {second!r} give the same"
+            )
+            if texts and shared >= DISTINCT_PREFIX:
+                self._alike[held.member] = (distinct, outputs, shared)
+                continue
+            example = (
+                f": {first_value[:40]!r} and {second_value[:40]!r}, which differ after {shared} characters"
+                if texts
+                else ""
+            )
+            self._finding(held.claim, f"{summary}{example}): the model cannot tell them apart", first)
+
+    def _truncation(self, flow_indices: Sequence[int]) -> None:
+        """Captions whose appended words change no field, and captions alike in a long beginning that get the
+        same ids: cut at the tokeniser's length (advice, with the share of captions cut)."""
+        for member, holder in self._tokenised.items():
+            checked = cut = 0
+            for index in flow_indices:
+                tails = self.flow.changed(index, member).get("tail")
+                if tails is None:
+                    continue
+                checked += 1
+                cut += not tails
+            alike = self._alike.get(f"member {member!r}")
+            if not cut and not alike:
+                continue
+            parts = []
+            if cut:
+                parts.append(
+                    f"{cut} of {checked} captions checked are cut to the tokeniser's maximum length (words appended "
+                    "to them change nothing): the model never sees their end"
+                )
+            if alike:
+                distinct, outputs, shared = alike
+                parts.append(
+                    f"{distinct} distinct captions give {outputs} distinct id sequences: captions that share their "
+                    f"first {shared} characters get the same ids"
+                )
+            self._finding(
+                "transformed",
+                f"{self.where}: member {member!r} reaches field {holder!r} tokenised, and "
+                + "; ".join(parts),
+                None,
+            )
+
+    def _masks(self) -> None:
+        """Every mask beside the ids or embeddings it describes marks exactly their padding."""
+        pairs: dict[tuple[str, str], list[tuple[str, Any, Any]]] = {}
+        for key, output in self._outputs:
+            present = fields(output)
+            for pair in mask_fields(present):
+                target, mask = as_tensor(present[pair.target]), as_tensor(present[pair.mask])
+                if target is None or mask is None:
+                    continue
+                pairs.setdefault((pair.mask, pair.target), []).append((key, target, mask))
+        for (mask_name, target_name), rows in pairs.items():
+            with self.claims.claim("masks") as claim:
+                sequences = [
+                    t.reshape(-1) for _, t, m in rows if t.numel() == m.numel() and not t.is_floating_point()
+                ]
+                pad = pad_value(sequences)
+                for key, target, mask in rows:
+                    claim.examined()
+                    problem = _mask_problem(target, mask, pad)
+                    if problem:
+                        claim.problem(
+                            f"{self.where}: field {mask_name!r} does not describe the padding of {target_name!r}: "
+                            f"{problem}",
+                            sample=key,
+                        )
+
+
+def _mask_problem(target: Any, mask: Any, pad: int | None) -> str | None:
+    mask_flat = mask.reshape(-1)
+    if target.numel() == mask.numel() and not target.is_floating_point():
+        return mask_problem(target.reshape(-1), mask_flat, pad)
+    rows = position_markers(target.reshape(mask_flat.numel(), -1), 1)
+    if rows is None:
+        return None
+    return mask_problem(rows, mask_flat, None)
+
+
+def _value_print(value: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return ("ndarray", value.shape, value.tobytes())
+    except ImportError:  # pragma: no cover
+        pass
+    return fingerprint(value)
+
+
+def _shared_prefix(texts: Sequence[str]) -> int:
+    """The number of characters every one of ``texts`` begins with."""
+    shortest = min(len(t) for t in texts)
+    for index in range(shortest):
+        if len({t[index] for t in texts}) > 1:
+            return index
+    return shortest
+
+
+def _kind_of(value: Any) -> str:
+    tensor = as_tensor(value)
+    if tensor is not None:
+        return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {list(tensor.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _damage_words(form: Form) -> str:
+    if form.verdict == "undeclared":
+        return "changed"
+    return "damaged"
