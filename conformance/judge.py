@@ -33,7 +33,7 @@ from .oracles.compare import as_tensor
 from .oracles.fields import MISSING, fields
 from .oracles.forms import Form
 from .oracles.members import member_form
-from .oracles.tokens import mask_fields, mask_problem, pad_value, position_markers
+from .oracles.tokens import is_mask, mask_fields, mask_problem, pad_value, position_markers
 from .transforms import Transform, declaration_hint, field_transform, recognise
 
 __all__ = ["MemberJudge", "FLOW_SAMPLES"]
@@ -141,8 +141,9 @@ class MemberJudge:
             self._lost(name, expected, key, present, lost_because, None)
             return
         candidates = [field_name] if field_name is not None else []
-        dependents = self._dependents(index, expected.member)
-        candidates += [f for f in dependents if f not in candidates and f in present]
+        # a mask depends on the caption it describes, but holds none of it (the masks check judges it)
+        dependents = {f for f in self._dependents(index, expected.member) if not is_mask(f, present.get(f))}
+        candidates += sorted(f for f in dependents if f not in candidates and f in present)
         forms = {
             f: member_form(expected.spec, expected.value, present[f], self._declared(f)) for f in candidates
         }
@@ -161,6 +162,11 @@ class MemberJudge:
             ((f, form) for f, form in forms.items() if form is not None and form.defect),
             key=lambda item: -_SEVERITY[item[1].verdict],
         )
+        if damaged and self._declared(damaged[0][0]) is not None:
+            # a declared field that holds neither the value nor its declared transform: transforms/observed
+            # judges it, with the declaration (one root cause once)
+            self._pass(name)
+            return
         if damaged:
             holder, form = damaged[0]
             tail = ""
@@ -314,9 +320,9 @@ class MemberJudge:
     ) -> None:
         if form.how != "as it is":
             self.transformed.setdefault(f"{expected.what} -> {holder}", form.how)
-        if form.cause == "tokenised" and expected.leaf is None:
+        if form.cause == "tokenised" and expected.leaf is None and form.verdict != "declared":
             self._tokenised.setdefault(expected.member, holder)
-        if form.how == "as it is" or form.verdict == "declared":
+        if form.how == "as it is" or (form.verdict == "declared" and form.cause != "tokenised"):
             return
         held = self._held.setdefault(
             (expected.what, holder), _Held(claim_name, expected.what, holder, form.how)

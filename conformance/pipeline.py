@@ -24,8 +24,8 @@ from megatron.energon import TaskEncoder
 from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
-from .payloads import KEY, Haystack, Payload, Trace, identity, payloads, trace
-from .transforms import Transform, field_at, field_transform, recognise
+from .payloads import KEY, Payload, Trace, identity, payloads, trace
+from .transforms import Transform, field_at, field_transform
 
 __all__ = [
     "Delivered",
@@ -38,8 +38,6 @@ __all__ = [
     "declared_alternatives",
     "explained",
     "row_value",
-    "encode_stage_changes",
-    "first_encode_stage",
     "own_alternatives",
 ]
 
@@ -91,13 +89,12 @@ def first_stage_samples(
     seed: int,
     *,
     index_offset: int = 0,
-    cooked_out: list[Any] | None = None,
 ) -> list[Any] | None:
     """Each crude sample cooked and run through the first encode stage Energon applies to it
     (``preencode_sample``, else ``encode_sample``), in a worker context as Energon does; None when a stage
     yields several samples (or none) for one input, so that samples cannot be told apart by their input.
     ``postencode_sample`` is left out on purpose: it is one of the stages the delivered batches are judged on.
-    ``cooked_out`` receives each sample as the cooker left it (before the encode stage)."""
+    """
     overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
     if overridden(task_encoder.preencode_sample):
         stage = task_encoder.preencode_sample
@@ -115,8 +112,6 @@ def first_stage_samples(
             worker_context(seed, index + index_offset),
         ):
             cooked = cooker.cook(copy.deepcopy(sample))
-            if cooked_out is not None:
-                cooked_out.append(copy.deepcopy(cooked))
             result = stage(cooked) if stage is not None else cooked
             produced = list(result) if hasattr(result, "__next__") else [result]
         if len(produced) != 1:
@@ -258,43 +253,6 @@ def row_value(batch: Any, path: str, row: int) -> Any:
     if isinstance(value, (list, tuple)) and row < len(value):
         return value[row]
     return None
-
-
-def first_encode_stage(task_encoder: TaskEncoder) -> str | None:
-    """The name of the first encode stage Energon runs (``preencode_sample`` or ``encode_sample``), if the
-    TaskEncoder overrides one."""
-    for name in ("preencode_sample", "encode_sample"):
-        if task_encoder._is_overridden(getattr(task_encoder, name)):
-            return name
-    return None
-
-
-def encode_stage_changes(
-    cooked: Sequence[Any], encoded: Sequence[Any], keys: Sequence[str], transforms: Sequence[Transform]
-) -> list[tuple[str, str, str, Any]]:
-    """``(key, path, declaration, value)`` for each payload of a cooked sample that the first encode stage
-    turns, at the same place, into a change a declaration expresses (see
-    :func:`~primus_energon.conformance.transforms.recognise`: a dropout, a flip, a truncation, a lossy cast)
-    without one being declared for it, and that is found nowhere else in the encoded sample. Any other change
-    (tokenising, normalising, a new field, a payload moved) is the stage's business and is not judged here."""
-    out = []
-    for key, before, after in zip(keys, cooked, encoded, strict=True):
-        now = {p.path: p for p in payloads(after)}
-        haystack = None
-        for payload in payloads(before):
-            other = now.get(payload.path)
-            if payload.path == KEY or other is None or identity(other) == identity(payload):
-                continue  # kept as it was (most payloads), or not at the same place (not judged)
-            transform = field_transform(transforms, payload.path)
-            if transform is not None and transform.outcome(payload.value, other.value) is not None:
-                continue
-            recognised = recognise(payload.value, other.value)
-            if not recognised:
-                continue
-            haystack = haystack or Haystack(after)
-            if not haystack.find(payload):  # not merely moved elsewhere
-                out.append((key, payload.path, recognised, other.value))
-    return out
 
 
 def own_alternatives(

@@ -16,6 +16,10 @@ One declaration is one line, ``FIELD: KIND [NAME=VALUE ...]`` (values are Python
     latents: flip axis=-1 rate=0.5           # a seeded horizontal flip
     prompt_embeds: truncate axis=0 length=77 # only the first 77 rows, when there are more
     latents: cast dtype=bfloat16             # every value cast
+    pixel_values: normalize mean=[0.5] std=[0.5]  # (x / 255 - mean) / std, per channel
+    pixel_values: resize mode=stretch        # resized to the field's size, the aspect ratio not kept
+    pixel_values: crop mode=random           # a crop whose box is drawn from Energon's per-sample seed
+    input_ids: tokenize max_length=77        # the caption tokenised, cut to 77 ids
 
 given on the command line (``--conformance-transform LINE``, repeatable), in ``pyproject.toml``
 (``conformance_transforms`` under ``[tool.pytest.ini_options]``, one line each) or to the Python API
@@ -59,7 +63,18 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "flip": ((), {"axis": -1, "rate": 0.5}),
     "truncate": (("length",), {"axis": 0}),
     "cast": (("dtype",), {}),
+    "normalize": (("mean", "std"), {}),
+    "resize": ((), {"mode": "keep"}),
+    "crop": ((), {"mode": "center"}),
+    "tokenize": ((), {"max_length": None}),
 }
+
+#: kinds whose result the suite cannot compute from the clean value alone: the data judge recognises them
+#: (a normalisation, a resize, a crop, token ids) and checks what a declaration adds
+FORM_KINDS = ("normalize", "resize", "crop", "tokenize")
+#: the modes ``resize`` and ``crop`` take
+RESIZE_MODES = ("keep", "stretch")
+CROP_MODES = ("center", "random")
 
 #: the values ``dropout to=`` names with a word (any other value is a Python literal: "", 0, None, -1.0)
 DROPOUT_WORDS = ("zeros", "constant")
@@ -81,6 +96,12 @@ class Transform:
     axis: int = 0
     length: int | None = None
     dtype: str | None = None
+    #: normalize: per-channel mean and std on [0, 1] pixels (one value for every channel)
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    #: resize: "keep" (the aspect ratio) or "stretch"; crop: "center" or "random"
+    mode: str = ""
+    max_length: int | None = None
     text: str = ""
 
     def __str__(self) -> str:
@@ -92,10 +113,14 @@ class Transform:
             "flip": {"axis": self.axis, "rate": self.rate},
             "truncate": {"axis": self.axis, "length": self.length},
             "cast": {"dtype": self.dtype},
+            "normalize": {"mean": list(self.mean), "std": list(self.std)},
+            "resize": {"mode": self.mode},
+            "crop": {"mode": self.mode},
+            "tokenize": {"max_length": self.max_length},
         }[self.kind]
         words = []
         for name, value in params.items():
-            bare = name == "dtype" or (name == "to" and value in DROPOUT_WORDS)
+            bare = name in ("dtype", "mode") or (name == "to" and value in DROPOUT_WORDS)
             words.append(f"{name}={value if bare else repr(value)}")
         return f"{self.field}: {self.kind} {' '.join(words)}"
 
@@ -112,6 +137,8 @@ class Transform:
         return "applied" if self._applied(clean, observed) else None
 
     def _applied(self, clean: Any, observed: Any) -> bool:
+        if self.kind in FORM_KINDS:
+            return False  # judged by its form (the data judge), not computed here
         if self.kind == "dropout":
             return _dropped(self.to, clean, observed)
         if self.kind == "cast":
@@ -145,7 +172,9 @@ class Transform:
     def traceable(self) -> bool:
         """Whether the transformed value can be computed from the clean one (and so found by value); a
         dropout to None or to an unknown constant cannot (the transforms property judges it)."""
-        return not (self.kind == "dropout" and (self.to is None or self.to == "constant"))
+        return self.kind not in FORM_KINDS and not (
+            self.kind == "dropout" and (self.to is None or self.to == "constant")
+        )
 
     def variants(self, clean: Any) -> list[Any]:
         """The values the declared transform may turn ``clean`` into (empty where it cannot apply)."""
@@ -181,7 +210,10 @@ class Transform:
 
     def always(self, clean: Any) -> bool:
         """Whether the declaration applies to every sample whose value is ``clean`` (truncate: one longer
-        than the length; cast: a floating-point tensor of another dtype)."""
+        than the length; cast: a floating-point tensor of another dtype; a normalisation, resize, crop or
+        tokenisation: every sample)."""
+        if self.kind in FORM_KINDS:
+            return True
         if self.kind == "truncate":
             size = len(clean) if isinstance(clean, str) else _size(as_tensor(clean), self.axis)
             return size is not None and size > self.length
@@ -261,7 +293,7 @@ def parse_transform(line: str) -> Transform:
 
 def _pairs(line: str, rest: str) -> Iterable[tuple[str, Any]]:
     # shlex-like split that keeps quoted literals whole: to="" and to='a b'
-    for match in re.finditer(r"(\w+)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s]+)|(\S+)", rest):
+    for match in re.finditer(r"(\w+)\s*=\s*(\"[^\"]*\"|'[^']*'|\[[^\]]*\]|\([^)]*\)|[^\s]+)|(\S+)", rest):
         if match[3] is not None:
             raise ValueError(f"transform {line!r}: {match[3]!r} is not NAME=VALUE")
         name, raw = match[1], match[2]
@@ -290,6 +322,19 @@ def _checked(line: str, field_name: str, kind: str, params: dict[str, Any]) -> T
     dtype = params.get("dtype")
     if kind == "cast" and dtype not in _FLOAT_DTYPES:
         raise bad(f"dtype must be one of {', '.join(_FLOAT_DTYPES)}, not {dtype!r}")
+    mean, std = params.get("mean"), params.get("std")
+    if kind == "normalize":
+        mean, std = _channels(line, "mean", mean), _channels(line, "std", std)
+        if any(v <= 0 for v in std):
+            raise bad(f"std must be positive, not {list(std)}")
+    mode = params.get("mode") or ""
+    if kind == "resize" and mode not in RESIZE_MODES:
+        raise bad(f"mode must be one of {', '.join(RESIZE_MODES)}, not {mode!r}")
+    if kind == "crop" and mode not in CROP_MODES:
+        raise bad(f"mode must be one of {', '.join(CROP_MODES)}, not {mode!r}")
+    max_length = params.get("max_length")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise bad(f"max_length must be a positive integer, not {max_length!r}")
     to = params.get("to")
     if kind == "dropout" and not (
         to is None or isinstance(to, (str, int, float)) and not isinstance(to, bool)
@@ -305,8 +350,27 @@ def _checked(line: str, field_name: str, kind: str, params: dict[str, Any]) -> T
         axis=axis,
         length=length,
         dtype=dtype,
+        mean=tuple(mean) if kind == "normalize" else (),
+        std=tuple(std) if kind == "normalize" else (),
+        mode=mode if kind in ("resize", "crop") else "",
+        max_length=max_length if kind == "tokenize" else None,
         text=" ".join(line.split()),
     )
+
+
+def _channels(line: str, name: str, value: Any) -> tuple[float, ...]:
+    """A per-channel list of numbers (one number, or a list of 1, 3 or 4)."""
+    values = [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if (
+        not isinstance(values, (list, tuple))
+        or len(values) not in (1, 3, 4)
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    ):
+        raise ValueError(
+            f"transform {line!r}: {name} must be a number or a list of 1, 3 or 4 numbers, as torchvision's "
+            f"Normalize takes them (e.g. {name}=[0.5] or {name}=[0.485, 0.456, 0.406]), not {value!r}"
+        )
+    return tuple(float(v) for v in values)
 
 
 def _quoted(line: str, text: str) -> bool:

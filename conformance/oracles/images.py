@@ -316,7 +316,7 @@ def _candidates(member: np.ndarray, size: tuple[int, int], tier: int) -> Iterato
             yield Candidate(pixels, "", "identity", True)
             yield Candidate(pixels[::-1], "flipped vertically", "flip", True, "h")
         if (h, w) == (W, H):
-            yield Candidate(pixels.transpose(1, 0, 2), "transposed", "transpose", True)
+            yield Candidate(pixels.transpose(1, 0, 2), "", "transpose", True)
     if h <= H and w <= W and (h, w) != (H, W):
         for how, crop, centre in _crops(pixels, size):
             if centre == (tier == 0):
@@ -471,6 +471,14 @@ def _searched(member: np.ndarray, planes: Sequence[Plane], tier: int) -> Iterato
                     f"{candidate.how}, flipped horizontally" if candidate.how else "flipped horizontally"
                 )
                 yield mirrored, Candidate(candidate.pixels, flipped, "flip", candidate.exact, "w")
+    # height and width swapped after the geometry (a permute with the wrong axis order): read back transposed
+    for plane in planes:
+        swapped = Plane(
+            plane.pixels.transpose(1, 0, 2), plane.layout, plane.width_axis, plane.dtype, plane.unit_axes
+        )
+        for candidate in _candidates(member, swapped.pixels.shape[:2], tier):
+            if candidate.kind not in ("flip", "transpose"):
+                yield swapped, Candidate(candidate.pixels, candidate.how, "transpose", candidate.exact)
 
 
 # -- the form ----------------------------------------------------------------------------------------------------
@@ -538,7 +546,13 @@ def image_form(
         near = (
             f" (nearest: {best.candidate.how or 'as it is'}, off by {best.error:.3g} of 255)" if best else ""
         )
-        return Form("unrecognised", f"an image transformed in a way the suite does not recognise{near}")
+        return Form(
+            "unrecognised",
+            f"an image transformed in a way the suite does not recognise{near}",
+            # an image laid out as one, whose content no fixed geometry explains: a random resized crop is
+            # the usual deliberate cause
+            declaration="crop mode=random" if best is not None and best.error < 40 else None,
+        )
     return _describe(best, best_plane, member, declared, declared_norm)
 
 
@@ -562,7 +576,7 @@ def _describe(
     if candidate.kind == "transpose":
         return Form(
             "corrupted",
-            _join(*parts[:-1], "transposed: height and width swapped (a permute with the wrong axis order?)"),
+            _join(*parts, "then height and width swapped (a permute with the wrong axis order?)"),
             cause="transposed",
         )
     norm = fit_normalisation(fit.gains, fit.offsets)
@@ -581,13 +595,13 @@ def _describe(
     if candidate.kind == "flip":
         axis = plane.width_axis if candidate.flipped == "w" else plane.width_axis - 1
         if declared is not None and declared.kind == "flip" and declared.axis == axis:
-            return Form("declared", how)
+            return Form("declared", how, cause="flipped")
         return Form("undeclared", how, declaration=f"flip axis={axis} rate=RATE", cause="flipped")
     if verdict == "unrecognised":
         return Form("unrecognised", how, declaration=norm.declaration())
     if candidate.kind == "stretch":
-        if declared is not None and declared.kind == "resize":
-            return Form("declared", how)
+        if declared is not None and declared.kind == "resize" and declared.mode == "stretch":
+            return Form("declared", how, cause="resized")
         h, w = candidate.pixels.shape[:2]
         return Form("unrecognised", how, declaration=f"resize height={h} width={w} mode=stretch")
     if verdict == "declared" or (

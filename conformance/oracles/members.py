@@ -17,7 +17,7 @@ from .images import image_form
 from .tensors import tensor_form
 from .tokens import is_token_ids
 
-__all__ = ["member_form", "text_form"]
+__all__ = ["member_form", "text_form", "declared_outcome"]
 
 
 def text_form(text: str, observed: Any) -> Form | None:
@@ -47,6 +47,29 @@ def text_form(text: str, observed: Any) -> Form | None:
     return None
 
 
+def declared_outcome(transform: Any, spec: Any, clean: Any, observed: Any) -> str | None:
+    """What a declared transform made of one sample's value: ``"kept"`` (the value as it is, or through a
+    recognised transform), ``"applied"`` (transformed as declared), or None (neither): the one reading of
+    a declaration every claim shares. Exact where the transform can be computed from the value (a dropout,
+    a flip of a tensor, a cut, a cast), else by the value's form (a flip after a resize, a normalisation)."""
+    try:
+        exact = transform.outcome(clean, observed)
+    except Exception:  # a declaration that does not apply to this kind of value
+        exact = None
+    if exact is not None:
+        return exact
+    form = member_form(spec, clean, observed, transform)
+    if form is None:
+        return None
+    if form.verdict == "declared":
+        return "applied"
+    if form.verdict == "kept":
+        if transform.kind in ("normalize", "resize", "crop", "tokenize"):
+            return "applied" if form.how != "as it is" else "kept"
+        return "kept"
+    return None
+
+
 def member_form(spec: Any, value: Any, observed: Any, declared: Any = None) -> Form | None:
     """How ``observed`` holds ``value`` (a member's or leaf's value as the suite reads it; ``spec`` its
     kind), or None where the suite sees no relation between them."""
@@ -60,7 +83,12 @@ def member_form(spec: Any, value: Any, observed: Any, declared: Any = None) -> F
     if isinstance(spec, ImageSpec) and isinstance(value, np.ndarray):
         return image_form(value, observed, declared=declared)
     if isinstance(spec, TextSpec) or (isinstance(spec, ListSpec) and isinstance(value, str)):
-        return text_form(value, observed) if isinstance(value, str) else None
+        if not isinstance(value, str):
+            return None
+        form = text_form(value, observed)
+        if form is not None and form.cause == "tokenised" and declared is not None and declared.kind == "tokenize":
+            return Form("declared", form.how, cause="tokenised")
+        return form
     if isinstance(spec, (TensorSpec, NpySpec)) or (isinstance(spec, BytesSpec) and spec.dtype is not None):
         return tensor_form(value, observed, declared=declared)
     if as_tensor(value) is not None:

@@ -30,15 +30,15 @@ from ..context import CheckContext
 from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
+from ..oracles.fields import fields
+from ..oracles.tokens import batch_mask_problems, mask_fields
 from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
 from ..pipeline import (
     assign,
     cast_payloads,
     declared_alternatives,
     delivered_batches,
-    encode_stage_changes,
     explained,
-    first_encode_stage,
     first_stage_samples,
     own_alternatives,
     row_value,
@@ -46,7 +46,7 @@ from ..pipeline import (
 )
 from ..rendering import describe_error
 from ..results import Inconclusive, PropertySkipped
-from ..transforms import declaration_hint, field_transform, recognise, what_changed
+from ..transforms import declaration_hint, recognise, what_changed
 from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
 from .packing import packing_configured, packs
 
@@ -62,14 +62,22 @@ CLAIMS = claims_of(
     (
         "delivered",
         "what the real loader hands the training loop (every stage Energon runs: the cook, encode_sample, "
-        "postencode_sample, batch(), encode_batch; 0 and 2 workers) holds every sample's payloads, each with its "
-        "own sample: none lost, cast, duplicated or mixed with another sample's after the first encode stage, and "
-        "none dropped, flipped, truncated or cast by that stage unless the transform is declared",
+        "postencode_sample, batch(), encode_batch; 0 and 2 workers) holds every sample's payloads as the first "
+        "encode stage left them (fidelity judges the stages up to there), each with its own sample: none lost, "
+        "cast, duplicated or mixed with another sample's",
         Harm.DATA,
         "keep every field's rows together in every stage after encode_sample (reorder whole rows, not one "
         "field) and change no payload's dtype or values there; declare a deliberate change (CFG dropout, a "
         "flip, a truncation, a cast) with --conformance-transform 'FIELD: KIND ...' so that it is checked as "
         "declared",
+    ),
+    (
+        "masks",
+        "every mask the real loader delivers beside token ids or padded embeddings marks exactly the padding "
+        "of its own row: ones for its sample's tokens, zeros for padding",
+        Harm.DATA,
+        "build each row of the mask from the same sample, in the same order, as the row of values it "
+        "describes (ones for tokens, zeros for padding)",
     ),
     (
         "mismatched_shapes",
@@ -374,11 +382,10 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
         if all(named):
             wanted = {key for keys in named for key in keys or ()}
             crude = [sample for sample in crude if sample.get("__key__") in wanted] or crude
-        cooked: list[Any] = []
-        given = first_stage_samples(task_encoder, crude, ctx.seed, cooked_out=cooked)
+        given = first_stage_samples(task_encoder, crude, ctx.seed)
         if given is None:
             raise PropertySkipped("the first encode stage yields several samples (or none) per input")
-        reported = _encode_stage_problems(claim, task_encoder, cooked, given, _keys(given), ctx.transforms)
+        reported: set[str] = set()  # the first encode stage's changes are judged by fidelity
         # Energon seeds a sample's randomness by where the loader took it: what changes under another
         # per-sample seed cannot be found by value (determinism and resume judge it)
         again = first_stage_samples(task_encoder, crude, ctx.seed, index_offset=7919) or given
@@ -390,6 +397,7 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
             task_encoder, crude, ctx.seed, ctx.transforms, [given, again], _keys(given)
         )
         candidates = dict(zip(_keys(given), given, strict=True))
+        _masks(claims, loaders)
         for delivered in loaders:
             num_workers = delivered.num_workers
             details[f"num_workers={num_workers}"] = f"{len(delivered.batches)} batches traced"
@@ -420,6 +428,33 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
                     )
                     return details  # one root cause once: the next batch, or loader, would say the same
     return details
+
+
+def _masks(claims: ClaimRecorder, loaders: list[Any]) -> None:
+    """The ``masks`` claim on the delivered batches: each mask row against the padding of its own row of
+    the values beside it, and, where it is wrong, the row whose padding it describes instead."""
+    found = []
+    for delivered in loaders:
+        for index, batch in enumerate(delivered.batches):
+            present = {n: v for n, v in fields(batch).items() if not n.startswith("__")}
+            for pair in mask_fields(present):
+                found.append((delivered, index, batch_keys(batch) or [], present, pair))
+    if not found:
+        claims.not_applicable("masks", "no delivered batch carries a mask beside token ids or padded embeddings")
+        return
+    with claims.claim("masks") as claim:
+        for delivered, index, keys, present, pair in found:
+            claim.examined()
+            for row, problem, source in batch_mask_problems(present[pair.target], present[pair.mask]):
+                which = f" (sample {keys[row]!r})" if row < len(keys) else ""
+                origin = ""
+                if source is not None:
+                    named = f" (sample {keys[source]!r})" if source < len(keys) else ""
+                    origin = f"; it describes row {source}'s padding{named}: the mask rows are in another order"
+                claim.problem(
+                    f"{delivered.where}, batch {index}: row {row}{which} of {pair.mask!r} does not describe the "
+                    f"padding of {pair.target!r}: {problem}{origin}"
+                )
 
 
 def _delivered_problems(
@@ -455,9 +490,11 @@ def _delivered_problems(
         declaration expresses)"""
         if path in reported or explained(result, key, path, alternatives):
             return False, ""
+        if (key, path) in seeded or path in seeded_paths:
+            # drawn from the per-sample seed in the first stage: fidelity judges what that stage makes of the
+            # member, determinism and resume judge the draws
+            return False, ""
         change, hint = _recognised(output, by_key[key].payloads.get(path), path, rows.get(key))
-        if not hint and ((key, path) in seeded or path in seeded_paths):
-            return False, ""  # random augmentation: determinism and resume judge it
         if hint:
             hints[hint] = None
         return True, change
@@ -489,35 +526,6 @@ def _delivered_problems(
     problems += result.mixed()
     problems += padding_problems(result)
     return problems, drawn, list(hints)
-
-
-def _encode_stage_problems(
-    claim: Any,
-    task_encoder: TaskEncoder,
-    cooked: list[Any],
-    given: list[Any],
-    keys: list[str],
-    transforms: Any,
-) -> set[str]:
-    """The first encode stage judged against the cooked samples it was given: a payload it turns into a
-    dropout, a flip, a truncation or a lossy cast of itself, undeclared, is a problem (one per field, with
-    the declaration that would express it at the share of samples seen); returns the fields reported."""
-    stage = first_encode_stage(task_encoder)
-    if stage is None:
-        return set()
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for key, path, recognised, _ in encode_stage_changes(cooked, given, keys, transforms):
-        grouped.setdefault((path, recognised), []).append(key)
-    for (path, recognised), changed in grouped.items():
-        share = len(changed) / len(keys)
-        declared = field_transform(transforms, path)
-        otherwise = f" otherwise than declared ('{declared}')" if declared is not None else ""
-        claim.problem(
-            f"{stage} changes the {path!r} of {len(changed)} of {len(keys)} samples before batching{otherwise} "
-            f"(e.g. {changed[0]!r}: {what_changed(recognised)}): the model trains on that instead of the data; "
-            + declaration_hint(path, recognised, rate=share)
-        )
-    return {path for path, _ in grouped}
 
 
 def _recognised(output: Any, payload: Any, path: str, row: int | None) -> tuple[str, str]:

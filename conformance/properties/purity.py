@@ -91,11 +91,16 @@ def _same_members(before: dict, after: dict) -> str | None:
 
 
 def _drop_key(fp: Any) -> Any:
-    """A fingerprint without the __key__ entry (compared payloads only)."""
+    """A fingerprint without its ``__`` entries (key, restore key, sources: Energon's bookkeeping, which
+    differs between two samples anyway), so that payloads alone are compared."""
     if isinstance(fp, tuple) and len(fp) == 2 and isinstance(fp[1], tuple):
         return (
             fp[0],
-            tuple(item for item in fp[1] if not (isinstance(item, tuple) and item and item[0] == "__key__")),
+            tuple(
+                item
+                for item in fp[1]
+                if not (isinstance(item, tuple) and item and isinstance(item[0], str) and item[0].startswith("__"))
+            ),
         )
     return fp
 

@@ -27,6 +27,7 @@ from ..context import CheckContext
 from ..execution import TargetError, cook, encode
 from ..fingerprint import fingerprint
 from ..oracle import MISSING, Expectation, expectations, is_required
+from ..oracles.members import declared_outcome, member_form
 from ..payloads import KEY, identity, payloads
 from ..pipeline import delivered_batches, row_value
 from ..transforms import (
@@ -119,7 +120,8 @@ def _first_stage(ctx: CheckContext, sample: dict, index: int) -> Any:
 def _clean_values(
     ctx: CheckContext, encoding: str | None, transform: Transform, draws: list[_Draw]
 ) -> tuple[dict[str, Any], str | None]:
-    """Per sample key, the member value the declared field holds before the transform, and which member:
+    """Per sample key, the member (its expectation: value and kind) the declared field holds before the
+    transform, and which member:
     the member that explains most draws as kept or transformed as declared (one named like the field first)."""
     schema = ctx.workspace.schema(encoding)
     raw = {s["__key__"]: s for s in ctx.raw(ctx.main_dataset(encoding))}
@@ -138,7 +140,8 @@ def _clean_values(
     scores: dict[str, list[int]] = {}
     for draw in draws:
         for what, expected in by_key.get(draw.key, {}).items():
-            explained = transform.outcome(expected.value, draw.values.get(transform.field)) is not None
+            observed = draw.values.get(transform.field)
+            explained = declared_outcome(transform, expected.spec, expected.value, observed) is not None
             named = transform.field.split(".")[-1] in expected.names
             scores.setdefault(what, [0, 0])
             scores[what][0] += explained
@@ -149,7 +152,7 @@ def _clean_values(
     if not ranked:
         return {}, None
     what = ranked[0][0]
-    return {key: found[what].value for key, found in by_key.items() if what in found}, what
+    return {key: found[what] for key, found in by_key.items() if what in found}, what
 
 
 def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
@@ -213,9 +216,13 @@ def _judge(
                     "transformed as declared, so the suite cannot tell the declared transform from another change"
                 )
         return {"member": None}
+    specs = {key: expected.spec for key, expected in clean.items()}
+    clean = {key: expected.value for key, expected in clean.items()}
     for draw in present:
         if draw.key in clean:
-            draw.outcomes[transform.field] = transform.outcome(clean[draw.key], draw.values[transform.field])
+            draw.outcomes[transform.field] = declared_outcome(
+                transform, specs[draw.key], clean[draw.key], draw.values[transform.field]
+            )
     judged = [d for d in present if d.key in clean]
     with claims.claim("observed") as claim:
         claim.examined(len(judged))
@@ -223,11 +230,15 @@ def _judge(
         if odd:
             first = odd[0]
             hint = recognise(clean[first.key], first.values[transform.field])
+            form = member_form(specs[first.key], clean[first.key], first.values[transform.field])
+            if not hint and form is not None and form.declaration:
+                hint = form.declaration
             also = f"; {declaration_hint(transform.field, hint)}" if hint else ""
+            seen = f" (what the suite sees: {form.how})" if form is not None else ""
             claim.problem(
                 f"declared {name}: in {len(odd)} of {len(judged)} samples (e.g. {first.key!r} at sample index "
                 f"{first.index}) field {transform.field!r} is neither {member}'s value nor that value transformed as "
-                f"declared: {_show(first.values[transform.field])} for {_show(clean[first.key])}{also}"
+                f"declared{seen}: {_show(first.values[transform.field])} for {_show(clean[first.key])}{also}"
             )
         if transform.kind == "dropout" and transform.to == "constant":
             distinct = {
@@ -243,7 +254,7 @@ def _judge(
     kept = [d for d in judged if d.outcomes[transform.field] == "kept"]
     summary = {"member": member, "samples": len(judged), "applied": len(applied)}
     if not applied and transform.rate is not None and ctx.target.kind == "task_encoder":
-        rows = _delivered_rows(ctx, encoding, transform, clean)
+        rows = _delivered_rows(ctx, encoding, transform, clean, specs)
         if any(outcome == "applied" for _, outcome in rows):
             _judged_in_batches(claims, transform, name, rows, summary)
             return summary
@@ -287,7 +298,11 @@ BATCH_ROWS_BATCHES = 32
 
 
 def _delivered_rows(
-    ctx: CheckContext, encoding: str | None, transform: Transform, clean: dict[str, Any]
+    ctx: CheckContext,
+    encoding: str | None,
+    transform: Transform,
+    clean: dict[str, Any],
+    specs: dict[str, Any],
 ) -> list[tuple[str, str | None]]:
     """``(key, outcome)`` for each row of the real loader's batches whose key is known: a transform applied
     after the per-sample stages (in ``batch()`` or ``encode_batch``) is seen only there."""
@@ -299,7 +314,10 @@ def _delivered_rows(
         for row, key in enumerate(batch_keys(batch) or ()):
             if key in clean:
                 observed = row_value(batch, transform.field, row)
-                rows.append((key, transform.outcome(clean[key], observed) if observed is not None else None))
+                outcome = (
+                    declared_outcome(transform, specs[key], clean[key], observed) if observed is not None else None
+                )
+                rows.append((key, outcome))
     return rows
 
 
