@@ -46,6 +46,9 @@ FLOW_SAMPLES = {"quick": 8, "ci": 12, "thorough": 32}
 #: at its maximum length keeps at least this much of every caption)
 DISTINCT_PREFIX = 16
 
+#: the causes of damage a dataset of another dtype is judged for (the others are the main dataset's)
+_DTYPE_CAUSES = frozenset({"lossy cast", "bytes reinterpreted"})
+
 _SEVERITY = {"corrupted": 3, "undeclared": 2, "unrecognised": 1, "kept": 0, "declared": 0}
 
 
@@ -54,6 +57,20 @@ class _Finding:
     claim: str
     message: str
     keys: list[str] = field(default_factory=list)
+    #: a declaration to name at the end (``RATE`` is filled in with the share of samples seen)
+    declaration: tuple[str, str] | None = None  # (field, declaration)
+
+    def rendered(self, judged: int) -> str:
+        """The message, with the share of samples it was seen in and the declaration that would express
+        the change (its rate the share seen)."""
+        if self.declaration is None:
+            return self.message
+        holder, declaration = self.declaration
+        share = len(self.keys) / judged if judged else None
+        return (
+            f"{self.message} in {len(self.keys)} of {judged} samples; "
+            f"{declaration_hint(holder, declaration, rate=share)}"
+        )
 
 
 @dataclass
@@ -106,8 +123,12 @@ class MemberJudge:
         output: Any,
         claim_name: str | None = None,
         lost_because: str = "",
+        *,
+        cooked: Any = None,
+        stage: str = "",
     ) -> None:
-        """Judge where one member (or leaf) went in sample ``key``'s output and record the verdict."""
+        """Judge where one member (or leaf) went in sample ``key``'s output and record the verdict
+        (``cooked``: what the cooker returned, where ``stage``, the first encode stage, made ``output`` of it)."""
         name = claim_of(expected.spec) if claim_name is None else claim_name
         present = fields(output)
         field_name, how = locate(expected, output)
@@ -162,6 +183,13 @@ class MemberJudge:
             ((f, form) for f, form in forms.items() if form is not None and form.defect),
             key=lambda item: -_SEVERITY[item[1].verdict],
         )
+        if name == "dtypes":
+            # a dataset of another dtype: what depends on the dtype is judged here; everything else was on
+            # the main dataset (one root cause once)
+            damaged = [(f, form) for f, form in damaged if form.cause in _DTYPE_CAUSES]
+            if not damaged and dependents:
+                self._pass(name)
+                return
         if damaged and self._declared(damaged[0][0]) is not None:
             # a declared field that holds neither the value nor its declared transform: transforms/observed
             # judges it, with the declaration (one root cause once)
@@ -169,16 +197,17 @@ class MemberJudge:
             return
         if damaged:
             holder, form = damaged[0]
-            tail = ""
+            declaration = None
             if form.verdict == "undeclared" and form.declaration:
-                tail = "; " + declaration_hint(holder, form.declaration)
+                declaration = (holder, form.declaration)
             self._grouped(
                 name,
                 (expected.what, holder, form.cause or form.how),
-                f"{self.where}: {expected.what} reaches field {holder!r} {_damage_words(form)}",
+                f"{self.where}: {expected.what} reaches field {holder!r} {_damage_words(form)}"
+                + self._stage(expected, cooked, stage),
                 key,
                 form.how,
-                tail,
+                declaration=declaration,
             )
             return
         if dependents:
@@ -268,13 +297,23 @@ class MemberJudge:
         finding = self._findings.setdefault((claim_name, message), _Finding(claim_name, message))
         finding.keys.append(key)
 
-    def _grouped(self, name: str, group: tuple, head: str, key: str, how: str, tail: str = "") -> None:
+    def _grouped(
+        self,
+        name: str,
+        group: tuple,
+        head: str,
+        key: str,
+        how: str,
+        tail: str = "",
+        declaration: tuple[str, str] | None = None,
+    ) -> None:
         """One finding per ``group`` (member, field, cause: one root cause once), its message made from the
-        first sample seen (``head (e.g. sample KEY: HOW)TAIL``), with every sample it was seen in."""
+        first sample seen (``head (e.g. sample KEY: HOW)TAIL``), with every sample it was seen in (and, with
+        ``declaration``, the share of samples and the declaration that would express the change)."""
         finding = self._findings.get((name, *group))
         if finding is None:
             finding = self._findings[(name, *group)] = _Finding(
-                name, f"{head} (e.g. sample {key!r}: {how}){tail}"
+                name, f"{head} (e.g. sample {key!r}: {how}){tail}", declaration=declaration
             )
         finding.keys.append(key)
         with self.claims.claim(name) as claim:
@@ -282,6 +321,21 @@ class MemberJudge:
         if name != "transformed":
             with self.claims.claim("unmatched") as claim:
                 claim.examined()
+
+    def _stage(self, expected: Expectation, cooked: Any, stage: str) -> str:
+        """Which stage made the change: " (by encode_sample: the cooker returned it as it was)" where the
+        cooked sample still holds the member exactly, else ""."""
+        if not stage or cooked is None:
+            return ""
+        holder, how = locate(expected, cooked)
+        if holder is None:
+            return ""
+        if (
+            how in ("by raw bytes", NESTED, STACKED)
+            or difference(expected, fields(cooked).get(holder)) is None
+        ):
+            return f" by {stage} (the cooker returned it as it was)"
+        return ""
 
     def _lost(
         self,
@@ -298,7 +352,9 @@ class MemberJudge:
         if located is not None:
             what = f"{self.where}: field {located!r} does not equal {expected.what}: {difference(expected, observed)}"
             if flowed:
-                what += " (and no output field depends on it: changing it changes nothing the pipeline returns)"
+                what += (
+                    " (and no output field depends on it: changing it changes nothing the pipeline returns)"
+                )
         elif flowed:
             what = (
                 f"{self.where}: no output field holds {expected.what} or depends on it (changing it changes "
@@ -306,7 +362,9 @@ class MemberJudge:
             )
         else:
             what = f"{self.where}: no output field holds {expected.what} (fields: {shown})"
-        if located is not None:  # a field of its name (or value) holds something else: the member's claim says so
+        if (
+            located is not None
+        ):  # a field of its name (or value) holds something else: the member's claim says so
             self._problem(name, what + lost_because, key)
         elif expected.required or lost_because:
             self._problem(name, f"{what}, so it is lost{lost_because}", key)
@@ -345,13 +403,16 @@ class MemberJudge:
             self._collapses()
             self._truncation(flow_indices)
             self._masks()
+        judged = len(self._outputs)
         for finding in self._findings.values():
+            message = finding.rendered(judged)
             with self.claims.claim(finding.claim) as claim:
                 claim.examined()
+                if finding.declaration is not None:
+                    claim.problem(message)  # the share says how many; the keys would repeat it
+                    continue
                 for key in finding.keys:
-                    claim.problem(finding.message, sample=key)
-                if not finding.keys:
-                    claim.problem(finding.message)
+                    claim.problem(message, sample=key)
 
     def _scales(self) -> None:
         """A scale (and shift) a member reaches its field with must be the same for every sample (a VAE's
@@ -438,30 +499,42 @@ class MemberJudge:
             )
 
     def _masks(self) -> None:
-        """Every mask beside the ids or embeddings it describes marks exactly their padding."""
-        pairs: dict[tuple[str, str], list[tuple[str, Any, Any]]] = {}
+        """Every padding mask beside the ids or embeddings it describes marks exactly their padding (it may
+        describe any field of its shape: it is wrong when it describes none)."""
+        rows: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {}
+        targets: dict[str, tuple[str, ...]] = {}
         for key, output in self._outputs:
             present = fields(output)
             for pair in mask_fields(present):
-                target, mask = as_tensor(present[pair.target]), as_tensor(present[pair.mask])
-                if target is None or mask is None:
+                mask = as_tensor(present[pair.mask])
+                values = {t: as_tensor(present[t]) for t in pair.targets}
+                if mask is None or any(v is None for v in values.values()):
                     continue
-                pairs.setdefault((pair.mask, pair.target), []).append((key, target, mask))
-        for (mask_name, target_name), rows in pairs.items():
-            with self.claims.claim("masks") as claim:
+                rows.setdefault(pair.mask, []).append((key, mask, values))
+                targets.setdefault(pair.mask, pair.targets)
+        for mask_name, samples in rows.items():
+            pads = {}
+            for target in targets[mask_name]:
                 sequences = [
-                    t.reshape(-1) for _, t, m in rows if t.numel() == m.numel() and not t.is_floating_point()
+                    v[target].reshape(-1)
+                    for _, m, v in samples
+                    if target in v and v[target].numel() == m.numel() and not v[target].is_floating_point()
                 ]
-                pad = pad_value(sequences)
-                for key, target, mask in rows:
+                pads[target] = pad_value(sequences)
+            with self.claims.claim("masks") as claim:
+                wrong: list[tuple[str, str, str]] = []
+                for key, mask, values in samples:
                     claim.examined()
-                    problem = _mask_problem(target, mask, pad)
-                    if problem:
-                        claim.problem(
-                            f"{self.where}: field {mask_name!r} does not describe the padding of {target_name!r}: "
-                            f"{problem}",
-                            sample=key,
-                        )
+                    problems = {t: _mask_problem(v, mask, pads.get(t)) for t, v in values.items()}
+                    if all(problems.values()):
+                        first = next(iter(problems))
+                        wrong.append((key, first, problems[first]))
+                if wrong:
+                    key, first, problem = wrong[0]
+                    claim.problem(
+                        f"{self.where}: field {mask_name!r} does not describe the padding of {first!r} in "
+                        f"{len(wrong)} of {len(samples)} samples (e.g. sample {key!r}: {problem})"
+                    )
 
 
 def _mask_problem(target: Any, mask: Any, pad: int | None) -> str | None:

@@ -333,7 +333,9 @@ def _checked(line: str, field_name: str, kind: str, params: dict[str, Any]) -> T
     if kind == "crop" and mode not in CROP_MODES:
         raise bad(f"mode must be one of {', '.join(CROP_MODES)}, not {mode!r}")
     max_length = params.get("max_length")
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+    if max_length is not None and (
+        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
+    ):
         raise bad(f"max_length must be a positive integer, not {max_length!r}")
     to = params.get("to")
     if kind == "dropout" and not (

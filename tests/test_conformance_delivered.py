@@ -83,9 +83,18 @@ def test_seeded_augmentation_is_left_to_determinism_not_called_lost(workdir: Pat
 
 
 def test_a_preencode_sample_that_casts_is_named_with_the_share(workdir: Path) -> None:
-    claim = _batch(f"{ZOO}:HalfPrecisionPreencodeTaskEncoder", workdir).claim("batch/delivered")
+    """The first encode stage is fidelity's to judge (member -> what batch() receives): the cast is named
+    there, with the stage, the share and the declaration; batch/delivered does not say it again."""
+    results = check_task_encoder(
+        f"{ZOO}:HalfPrecisionPreencodeTaskEncoder",
+        properties=["fidelity", "batch"],
+        profile="quick",
+        workdir=workdir,
+    )
+    by_id = {c.id: c for r in results for c in r.claims}
+    claim = by_id["fidelity/tensors"]
     assert claim.verdict == "fail"
-    assert claim.message.startswith(
-        "preencode_sample changes the 'latents' of 24 of 24 samples before batching"
-    ), claim.message
-    assert "it cast to float16" in claim.message and "'latents: cast dtype=float16'" in claim.message
+    assert "reaches field 'latents' changed by preencode_sample" in claim.message, claim.message
+    assert "cast to float16" in claim.message and "'latents: cast dtype=float16'" in claim.message
+    assert "in 48 of 48 samples" in claim.message
+    assert by_id["batch/delivered"].verdict == "pass"

@@ -86,7 +86,12 @@ def member_form(spec: Any, value: Any, observed: Any, declared: Any = None) -> F
         if not isinstance(value, str):
             return None
         form = text_form(value, observed)
-        if form is not None and form.cause == "tokenised" and declared is not None and declared.kind == "tokenize":
+        if (
+            form is not None
+            and form.cause == "tokenised"
+            and declared is not None
+            and declared.kind == "tokenize"
+        ):
             return Form("declared", form.how, cause="tokenised")
         return form
     if isinstance(spec, (TensorSpec, NpySpec)) or (isinstance(spec, BytesSpec) and spec.dtype is not None):

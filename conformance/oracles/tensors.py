@@ -146,10 +146,77 @@ def _affine(want: torch.Tensor, got: torch.Tensor) -> tuple[float, float] | None
 
 def tensor_form(member: Any, observed: Any, *, declared: Any = None) -> Form | None:
     """How ``observed`` holds the tensor ``member`` (a tensor or numeric array), or None where the suite
-    sees no relation (then the caller decides: unrecognised, if the field depends on the member)."""
+    sees no relation (then the caller decides: unrecognised, if the field depends on the member). Unit axes
+    (a batch axis of 1 stored with the data) are looked through: a cut or a padding of ``[1, 512, D]`` into
+    ``[128, D]`` is the cut it is."""
     want, got = as_tensor(member), as_tensor(observed)
     if want is None or got is None:
         return None
+    form = _form(want, got, declared)
+    if form is not None:
+        return form
+    squeezed_want, squeezed_got = _squeezed(want), _squeezed(got)
+    if squeezed_want.shape != want.shape or squeezed_got.shape != got.shape:
+        form = _form(squeezed_want, squeezed_got, declared)
+        if form is not None:
+            return Form(
+                form.verdict, f"unit axes dropped, {form.how}", form.declaration, form.cause, form.params
+            )
+    rearranged = _rearranged(want, got)
+    if rearranged:
+        return Form("kept", rearranged, cause="rearranged")
+    return None
+
+
+def _squeezed(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.reshape([n for n in tensor.shape if n != 1]) if 1 in tensor.shape else tensor
+
+
+#: values compared as multisets at most (a bigger tensor is not searched for a re-layout)
+MAX_REARRANGED = 1 << 22
+
+
+def _rearranged(want: torch.Tensor, got: torch.Tensor) -> str:
+    """Words for an output that holds exactly the member's values in another layout (a patchify, an
+    einops rearrange), perhaps padded with one value: the same multiset of values ("" otherwise). Which
+    layout the model expects is its own business; no value is lost or changed."""
+    if (
+        got.dtype != want.dtype
+        or got.numel() < want.numel()
+        or want.numel() < 2
+        or got.numel() > MAX_REARRANGED
+    ):
+        return ""
+    from ..fingerprint import tensor_bytes
+
+    width = want.element_size()
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(width)
+    if as_int is None:
+        return ""
+    a = torch.frombuffer(bytearray(tensor_bytes(want)), dtype=as_int).sort().values
+    b = torch.frombuffer(bytearray(tensor_bytes(got)), dtype=as_int)
+    if got.numel() == want.numel():
+        return (
+            f"rearranged to shape {list(got.shape)} (the same values in another layout)"
+            if torch.equal(a, b.sort().values)
+            else ""
+        )
+    values, counts = torch.unique(b, return_counts=True)
+    mine_values, mine_counts = torch.unique(a, return_counts=True)
+    index = torch.searchsorted(values, mine_values).clamp(max=len(values) - 1)
+    if not torch.equal(values[index], mine_values) or bool((counts[index] < mine_counts).any()):
+        return ""
+    rest = counts.clone()
+    rest[index] -= mine_counts
+    if int((rest > 0).sum()) != 1:
+        return ""
+    return (
+        f"rearranged to shape {list(got.shape)} and padded with one value (the same values in another layout, "
+        f"{got.numel() - want.numel()} values of padding)"
+    )
+
+
+def _form(want: torch.Tensor, got: torch.Tensor, declared: Any) -> Form | None:
     if same(want, got):
         return Form("kept", "as it is")
     if got.shape == want.shape:
@@ -178,7 +245,13 @@ def tensor_form(member: Any, observed: Any, *, declared: Any = None) -> Form | N
                     )
     fill = _fill(want, got)
     if fill:
+        if got.shape == want.shape and fill.startswith("filled with zeros"):
+            # the usual deliberate form of this is a dropout (CFG on embeddings): a declaration expresses it
+            return Form("undeclared", fill, declaration="dropout rate=RATE to=zeros", cause="filled")
         return Form("corrupted", fill, cause="filled")
+    reinterpreted = _reinterpreted(want, got)
+    if reinterpreted:
+        return Form("corrupted", reinterpreted, cause="bytes reinterpreted")
     layout = _layouts(want, got)
     if layout is not None:
         return Form("kept", layout)
@@ -210,6 +283,26 @@ def tensor_form(member: Any, observed: Any, *, declared: Any = None) -> Form | N
                     params=(scale, shift),
                 )
     return None
+
+
+def _reinterpreted(want: torch.Tensor, got: torch.Tensor) -> str:
+    """Words for an output that holds the member's bytes read as another dtype of the same size (float16
+    for bfloat16 data): every value is wrong though every bit is there ("" otherwise)."""
+    if got.dtype == want.dtype or got.element_size() != want.element_size() or got.numel() != want.numel():
+        return ""
+    from ..fingerprint import tensor_bytes
+
+    if tensor_bytes(got) != tensor_bytes(want):
+        return ""
+    held = _name(want.dtype)
+    if want.dtype == torch.uint16 and got.is_floating_point():
+        held = "bfloat16 values stored as uint16 (numpy has no bfloat16)"
+    else:
+        held += " values"
+    return (
+        f"its bytes read as {_name(got.dtype)}, where they hold {held}: every value is another number (a "
+        "view or frombuffer with the wrong dtype)"
+    )
 
 
 def _fill(want: torch.Tensor, got: torch.Tensor) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "content_length",
     "mask_problem",
     "batch_mask_problems",
+    "pair_problems",
     "MaskPair",
     "position_markers",
 ]
@@ -54,6 +55,11 @@ def _ints(value: Any) -> torch.Tensor | None:
     return tensor
 
 
+#: masks named so mark where a loss is computed, not where padding is: they may leave out real positions
+#: (conditioning frames, a prompt) on purpose, so they are not judged against padding
+_NOT_PADDING = re.compile(r"loss|label", re.IGNORECASE)
+
+
 def is_mask(name: str, value: Any) -> bool:
     """A field named like a mask whose values are all 0 or 1 (bool, integer or float)."""
     tensor = as_tensor(value)
@@ -67,20 +73,26 @@ def is_mask(name: str, value: Any) -> bool:
 
 @dataclass(frozen=True)
 class MaskPair:
-    """A mask field and the field whose padding it describes (same shape, or the same leading shape)."""
+    """A padding mask and the fields whose padding it may describe (the same shape, or the same leading
+    shape), nearest name first: it is right when it describes one of them."""
 
     mask: str
-    target: str
+    targets: tuple[str, ...]
+
+    @property
+    def target(self) -> str:
+        return self.targets[0]
 
 
 def mask_fields(output: Mapping[str, Any]) -> list[MaskPair]:
-    """Each mask field of an output with the field it describes: the field of the same shape (or whose
-    leading axes are the mask's, for padded embeddings) whose name is nearest to the mask's."""
+    """Each padding mask of an output with the fields it may describe: those of the same shape (or whose
+    leading axes are the mask's, for padded embeddings), nearest name first. A loss mask is no padding mask
+    (it may leave real positions out on purpose) and is not judged."""
     pairs = []
     names = [n for n in output if not n.startswith("__")]
     for name in names:
         value = output[name]
-        if not is_mask(name, value):
+        if not is_mask(name, value) or _NOT_PADDING.search(name):
             continue
         mask = as_tensor(value)
         candidates = []
@@ -98,7 +110,7 @@ def mask_fields(output: Mapping[str, Any]) -> list[MaskPair]:
         if candidates:
             stem = _MASK_NAME.sub("", name).strip("_")
             candidates.sort(key=lambda c: (-_common_prefix(c, stem), c))
-            pairs.append(MaskPair(name, candidates[0]))
+            pairs.append(MaskPair(name, tuple(candidates)))
     return pairs
 
 
@@ -117,7 +129,7 @@ def position_markers(value: Any, mask_dims: int) -> torch.Tensor | None:
     tensor = as_tensor(value)
     if tensor is None:
         return None
-    if tensor.is_floating_point() and tensor.dim() > mask_dims:
+    if tensor.dim() > mask_dims:  # rows of values (embeddings, position ids): a row of zeros is padding
         flat = tensor.reshape(*tensor.shape[:mask_dims], -1)
         return (flat == 0).all(dim=-1).to(torch.int64) - 2  # -1: a zero row (padding), -2: a row of data
     return tensor
@@ -220,3 +232,11 @@ def batch_mask_problems(ids: Any, mask: Any, pad: int | None = None) -> list[tup
         )
         out.append((row, problem, source))
     return out
+
+
+def pair_problems(present: Mapping[str, Any], pair: MaskPair) -> list[tuple[int, str, int | None]]:
+    """:func:`batch_mask_problems` of a batch's mask against every field it may describe: a row is wrong
+    only when it describes none of them (the problem named is the nearest-named field's)."""
+    found = [batch_mask_problems(present[target], present[pair.mask]) for target in pair.targets]
+    wrong = set.intersection(*({row for row, _, _ in problems} for problems in found)) if found else set()
+    return [item for item in found[0] if item[0] in wrong] if found else []

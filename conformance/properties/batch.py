@@ -31,7 +31,7 @@ from ..execution import TargetError, encode, matching_cooker, target_call, worke
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..oracles.fields import fields
-from ..oracles.tokens import batch_mask_problems, mask_fields
+from ..oracles.tokens import mask_fields, pair_problems
 from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
 from ..pipeline import (
     assign,
@@ -333,6 +333,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             stats["delivered"] = _delivered(ctx, claims, encoding)
         else:
             claims.not_applicable("delivered", "blocked by batch/rows: batch() itself loses or mixes samples")
+            claims.not_applicable("masks", "blocked by batch/rows: batch() itself loses or mixes samples")
         with claims.claim("inputs_unchanged") as claim:
             _inputs_left_alone(claim, task_encoder, crude[:4], ctx.seed)
         _mismatched_shapes(ctx, claims, task_encoder, encoding)
@@ -376,6 +377,7 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
             )
             for nw in counts
         ]
+        _masks(claims, loaders)
         # The samples to trace back to: those the batches name (each cooked and encoded once), else all.
         named = [batch_keys(batch) for loader in loaders for batch in loader.batches]
         crude = ctx.crude(path)
@@ -397,7 +399,6 @@ def _delivered(ctx: CheckContext, claims: ClaimRecorder, encoding: str | None) -
             task_encoder, crude, ctx.seed, ctx.transforms, [given, again], _keys(given)
         )
         candidates = dict(zip(_keys(given), given, strict=True))
-        _masks(claims, loaders)
         for delivered in loaders:
             num_workers = delivered.num_workers
             details[f"num_workers={num_workers}"] = f"{len(delivered.batches)} batches traced"
@@ -440,17 +441,21 @@ def _masks(claims: ClaimRecorder, loaders: list[Any]) -> None:
             for pair in mask_fields(present):
                 found.append((delivered, index, batch_keys(batch) or [], present, pair))
     if not found:
-        claims.not_applicable("masks", "no delivered batch carries a mask beside token ids or padded embeddings")
+        claims.not_applicable(
+            "masks", "no delivered batch carries a mask beside token ids or padded embeddings"
+        )
         return
     with claims.claim("masks") as claim:
         for delivered, index, keys, present, pair in found:
             claim.examined()
-            for row, problem, source in batch_mask_problems(present[pair.target], present[pair.mask]):
+            for row, problem, source in pair_problems(present, pair):
                 which = f" (sample {keys[row]!r})" if row < len(keys) else ""
                 origin = ""
                 if source is not None:
                     named = f" (sample {keys[source]!r})" if source < len(keys) else ""
-                    origin = f"; it describes row {source}'s padding{named}: the mask rows are in another order"
+                    origin = (
+                        f"; it describes row {source}'s padding{named}: the mask rows are in another order"
+                    )
                 claim.problem(
                     f"{delivered.where}, batch {index}: row {row}{which} of {pair.mask!r} does not describe the "
                     f"padding of {pair.target!r}: {problem}{origin}"

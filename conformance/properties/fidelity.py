@@ -38,8 +38,9 @@ from ..oracle import (
     locate,
     raw_holder,
 )
+from ..oracles.members import member_form
 from ..results import Inconclusive, PropertyFailure
-from ..transforms import Transform, declaration_hint, field_at, recognise
+from ..transforms import Transform, declaration_hint, field_at, field_transform, recognise
 from ._common import decode_like_target
 
 CLAIMS = claims_of(
@@ -189,6 +190,12 @@ def _mismatch(
             continue
         observed = fields(output)[field_name]
         problem = difference(expected, observed)
+        if problem and not isinstance(observed, str):
+            form = member_form(
+                expected.spec, expected.value, observed, field_transform(transforms, field_name)
+            )
+            if form is not None and form.verdict in ("kept", "declared"):
+                continue  # a recognised transform (a lossless cast, a layout): the value is there
         if problem:
             return f"field {field_name!r} ({how}) does not equal {expected.what}: {problem}" + _undeclared(
                 expected, observed, field_name
@@ -259,12 +266,13 @@ def _check_dataset(
             except TargetError as error:
                 claim.problem(f"{where}: {error.message}")
                 continue
-            runs.append((index, sample, run.output))
+            runs.append((index, sample, run))
     schema = ctx.workspace.schema(ctx.encodings()[0]) if schema is None else schema
     siblings = _siblings(members)
     judge = MemberJudge(claims, flow, where, ctx.transforms, ctx.profile.name)
     judged: list[int] = []
-    for index, sample, output in runs:
+    for index, sample, run in runs:
+        output = run.output
         judge.output(sample["__key__"], output)
         held = {
             m
@@ -302,6 +310,8 @@ def _check_dataset(
                     output,
                     "dtypes" if dtype_claim else None,
                     lost_because,
+                    cooked=run.cooked if run.stage else None,
+                    stage=run.stage,
                 )
         if index < judge.flow_samples:
             judged.append(index)

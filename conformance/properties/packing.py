@@ -227,9 +227,21 @@ def _num_samples(ctx: CheckContext) -> int:
     return max(NUM_SAMPLES, 3 * 2 * _buffer(ctx))
 
 
+#: packed batches compared after a restore, at most
+MAX_CONTINUATION = 64
+
+
 def _continuation(ctx: CheckContext) -> int:
-    """Packed batches compared after a restore: enough to reach past the next pack selection."""
-    return max(CONTINUATION, -(-3 * _buffer(ctx) // BUFFER))
+    """Packed batches compared after a restore: enough to reach past several pack selections even where
+    every pack holds one sample (a selection of ``buffer`` samples is then ``buffer / packs per batch``
+    batches), so that a selection drawn from state the checkpoint does not hold is met more than once (a
+    shuffle of two packs matches by chance half the time)."""
+    buffer = _buffer(ctx)
+    packs_per_batch = ctx.cached(
+        "packing-batch",
+        lambda: packing_settings(ctx.target, ctx.target.make_task_encoder(), BUFFER, BATCH_SIZE)[1],
+    )
+    return min(MAX_CONTINUATION, max(CONTINUATION, -(-4 * buffer // max(1, packs_per_batch))))
 
 
 def _path(ctx: CheckContext) -> Any:

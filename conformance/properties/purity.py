@@ -99,7 +99,9 @@ def _drop_key(fp: Any) -> Any:
             tuple(
                 item
                 for item in fp[1]
-                if not (isinstance(item, tuple) and item and isinstance(item[0], str) and item[0].startswith("__"))
+                if not (
+                    isinstance(item, tuple) and item and isinstance(item[0], str) and item[0].startswith("__")
+                )
             ),
         )
     return fp

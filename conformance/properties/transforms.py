@@ -315,7 +315,9 @@ def _delivered_rows(
             if key in clean:
                 observed = row_value(batch, transform.field, row)
                 outcome = (
-                    declared_outcome(transform, specs[key], clean[key], observed) if observed is not None else None
+                    declared_outcome(transform, specs[key], clean[key], observed)
+                    if observed is not None
+                    else None
                 )
                 rows.append((key, outcome))
     return rows

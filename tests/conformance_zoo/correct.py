@@ -260,6 +260,17 @@ _EXAMPLES = Path(__file__).parents[2] / "synthetic" / "examples"
 
 #: name -> (kind, spec, options for check_cooker/check_task_encoder)
 CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
+    # raw-image pipelines in their communities' styles (tests/conformance_zoo/raw_styles.py)
+    **{
+        f"raw style: {name}": (
+            "task_encoder",
+            f"tests.conformance_zoo.raw_styles:{name}",
+            {"transforms": declarations} if declarations else {},
+        )
+        for name, declarations in __import__(
+            "tests.conformance_zoo.raw_styles", fromlist=["CORRECT"]
+        ).CORRECT.items()
+    },
     "widens bfloat16 and float16 data to float32 (every value kept)": (
         "cooker",
         "tests.conformance_zoo.broken:cook_casts_to_float32",

@@ -213,7 +213,9 @@ class _StandInTokenizer:
             if truncation:
                 ids = self._truncate(ids, max_length or self.model_max_length)
             rows.append(self._with_specials(ids) if add_special_tokens else ids)
-        out = self.pad({"input_ids": rows}, padding=padding, max_length=max_length, return_tensors=return_tensors)
+        out = self.pad(
+            {"input_ids": rows}, padding=padding, max_length=max_length, return_tensors=return_tensors
+        )
         if single and return_tensors is None:
             out = BatchEncoding({k: v[0] for k, v in out.items()})
         return out
@@ -239,8 +241,10 @@ class _StandInTokenizer:
             ids.append(r + pad)
             masks.append([1] * len(r) + [0] * len(pad))
         if return_tensors == "pt":
-            return BatchEncoding(input_ids=torch.tensor(ids, dtype=torch.long),
-                                 attention_mask=torch.tensor(masks, dtype=torch.long))
+            return BatchEncoding(
+                input_ids=torch.tensor(ids, dtype=torch.long),
+                attention_mask=torch.tensor(masks, dtype=torch.long),
+            )
         return BatchEncoding(input_ids=ids, attention_mask=masks)
 
 
@@ -334,17 +338,22 @@ class DiffusersTextToImageTaskEncoder(DefaultTaskEncoder):
     def __init__(self):
         super().__init__()
         self.tokenizer = CLIP_TOKENIZER
-        self.train_transforms = Compose([
-            Resize(self.resolution, interpolation=Image.BILINEAR),
-            CenterCrop(self.resolution),
-            RandomHorizontalFlip(),
-            ToTensor(),
-            Normalize([0.5], [0.5]),
-        ])
+        self.train_transforms = Compose(
+            [
+                Resize(self.resolution, interpolation=Image.BILINEAR),
+                CenterCrop(self.resolution),
+                RandomHorizontalFlip(),
+                ToTensor(),
+                Normalize([0.5], [0.5]),
+            ]
+        )
 
     def tokenize_captions(self, caption: str) -> torch.Tensor:
         inputs = self.tokenizer(
-            caption, max_length=self.tokenizer.model_max_length, padding="max_length", truncation=True,
+            caption,
+            max_length=self.tokenizer.model_max_length,
+            padding="max_length",
+            truncation=True,
             return_tensors="pt",
         )
         return inputs.input_ids[0]
@@ -499,7 +508,9 @@ class RandomResizedCropTaskEncoder(DefaultTaskEncoder):
 # 5. CLIP tokenizer, the diffusers DreamBooth way: ids unpadded per sample, padded to 77 in the collate function
 # =================================================================================================================
 
-_dreambooth_transforms = Compose([Resize(16, Image.BILINEAR), CenterCrop(16), ToTensor(), Normalize([0.5], [0.5])])
+_dreambooth_transforms = Compose(
+    [Resize(16, Image.BILINEAR), CenterCrop(16), ToTensor(), Normalize([0.5], [0.5])]
+)
 
 
 @stateless
@@ -531,7 +542,9 @@ class ClipTokenizerTaskEncoder(DefaultTaskEncoder):
         pixel_values = torch.stack([example["instance_images"] for example in examples])
         pixel_values = pixel_values.to(memory_format=torch.contiguous_format).float()
         padded = self.tokenizer.pad(
-            {"input_ids": input_ids}, padding="max_length", max_length=self.tokenizer.model_max_length,
+            {"input_ids": input_ids},
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
             return_tensors="pt",
         )
         return {
@@ -606,7 +619,11 @@ def cook_uint8(sample: dict) -> dict:
     left, top = (img.width - 16) // 2, (img.height - 16) // 2
     img = img.crop((left, top, left + 16, top + 16))
     pixels = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).reshape(16, 16, 3).permute(2, 0, 1)
-    return {**basic_sample_keys(sample), "pixels": pixels.contiguous(), "prompt": sample["txt"].decode("utf-8")}
+    return {
+        **basic_sample_keys(sample),
+        "pixels": pixels.contiguous(),
+        "prompt": sample["txt"].decode("utf-8"),
+    }
 
 
 class Uint8ForGpuTaskEncoder(DefaultTaskEncoder):
@@ -689,7 +706,10 @@ class TorchResizeTaskEncoder(DefaultTaskEncoder):
         }
 
     def batch(self, samples: list[dict]) -> dict:
-        return {key: torch.stack([s[key] for s in samples]) for key in ("pixel_values", "input_ids", "attention_mask")}
+        return {
+            key: torch.stack([s[key] for s in samples])
+            for key in ("pixel_values", "input_ids", "attention_mask")
+        }
 
 
 # =================================================================================================================
@@ -730,9 +750,16 @@ class Sd3TwoTokenizersTaskEncoder(DefaultTaskEncoder):
 
     @stateless
     def encode_sample(self, sample: dict) -> dict:
-        clip = self.clip(sample["prompt"], max_length=77, padding="max_length", truncation=True, return_tensors="pt")
-        t5 = self.t5(sample["prompt"], max_length=self.t5_max_length, padding="max_length", truncation=True,
-                     return_tensors="pt")
+        clip = self.clip(
+            sample["prompt"], max_length=77, padding="max_length", truncation=True, return_tensors="pt"
+        )
+        t5 = self.t5(
+            sample["prompt"],
+            max_length=self.t5_max_length,
+            padding="max_length",
+            truncation=True,
+            return_tensors="pt",
+        )
         return {
             **basic_sample_keys(sample),
             "pixel_values": self.transforms(sample["image"]),
@@ -815,7 +842,11 @@ def cook_uint8_grey(sample: dict) -> dict:
     img = img.crop((left, top, left + 16, top + 16))
     grey = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).reshape(16, 16)
     pixels = grey[None].expand(3, 16, 16)  # the model wants 3 channels
-    return {**basic_sample_keys(sample), "pixels": pixels.contiguous(), "prompt": sample["txt"].decode("utf-8")}
+    return {
+        **basic_sample_keys(sample),
+        "pixels": pixels.contiguous(),
+        "prompt": sample["txt"].decode("utf-8"),
+    }
 
 
 class GreyscaleTaskEncoder(Uint8ForGpuTaskEncoder):
@@ -867,7 +898,9 @@ class MaskOfOnesTaskEncoder(ClipTokenizerTaskEncoder):
         pixel_values = torch.stack([example["instance_images"] for example in examples])
         pixel_values = pixel_values.to(memory_format=torch.contiguous_format).float()
         padded = self.tokenizer.pad(
-            {"input_ids": input_ids}, padding="max_length", max_length=self.tokenizer.model_max_length,
+            {"input_ids": input_ids},
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
             return_tensors="pt",
         )
         return {
@@ -983,6 +1016,16 @@ class VerticalFlipTaskEncoder(DeclaredFlipTaskEncoder):
     cookers = [Cooker(cook_flip_vertical, has_subflavors={"encoding": "raw"})]
 
 
+class Sd3MaskOfOnesTaskEncoder(Sd3TwoTokenizersTaskEncoder):
+    """Twin of Sd3TwoTokenizersTaskEncoder. Bug: each sample's T5 mask is all ones (``torch.ones_like`` of the
+    ids, written for a text encoder "that ignores padding anyway") although the ids are padded to 64."""
+
+    @stateless
+    def encode_sample(self, sample: dict) -> dict:
+        out = super().encode_sample(sample)
+        return {**out, "t5_attention_mask": torch.ones_like(out["t5_input_ids"])}
+
+
 #: name -> (declarations the target is checked with, one line each; [] for none)
 CORRECT = {
     "DiffusersTextToImageTaskEncoder": ["pixel_values: flip axis=-1 rate=0.5"],
@@ -1002,21 +1045,63 @@ BROKEN = {
     "NormalisedTwiceTaskEncoder": ([], "Normalize([0.5],[0.5]) applied twice", "ClipTokenizerTaskEncoder"),
     "Uint8WrapTaskEncoder": ([], "(x - 128) / 128 on a uint8 tensor wraps around", "AspectBucketTaskEncoder"),
     "ResizeOverChannelsTaskEncoder": (
-        [], "F.interpolate on an HWC tensor: resizes the width and the colour axis", "TorchResizeTaskEncoder"),
-    "GreyscaleTaskEncoder": ([], "colour lost: .convert('L') repeated to 3 channels", "Uint8ForGpuTaskEncoder"),
+        [],
+        "F.interpolate on an HWC tensor: resizes the width and the colour axis",
+        "TorchResizeTaskEncoder",
+    ),
+    "GreyscaleTaskEncoder": (
+        [],
+        "colour lost: .convert('L') repeated to 3 channels",
+        "Uint8ForGpuTaskEncoder",
+    ),
     "PreviousCaptionTaskEncoder": (
-        [], "the previous sample's caption tokenised (state on self, off by one)", "T5TokenizerTaskEncoder"),
-    "OneTokenTaskEncoder": ([], "every caption cut to one token (ids[:1]), padded to 77", "ClipTokenizerTaskEncoder"),
-    "MaskOfOnesTaskEncoder": ([], "attention mask all ones although the ids are padded", "ClipTokenizerTaskEncoder"),
+        [],
+        "the previous sample's caption tokenised (state on self, off by one)",
+        "T5TokenizerTaskEncoder",
+    ),
+    "OneTokenTaskEncoder": (
+        [],
+        "every caption cut to one token (ids[:1]), padded to 77",
+        "ClipTokenizerTaskEncoder",
+    ),
+    "MaskOfOnesTaskEncoder": (
+        [],
+        "attention mask all ones although the ids are padded",
+        "ClipTokenizerTaskEncoder",
+    ),
     "GlobalRandomCropTaskEncoder": (
-        [], "crop box drawn from the unseeded global random module", "RandomResizedCropTaskEncoder"),
+        [],
+        "crop box drawn from the unseeded global random module",
+        "RandomResizedCropTaskEncoder",
+    ),
     "SwappedMaskOrderTaskEncoder": (
-        [], "masks built from lengths sorted longest first, ids in sample order", "T5TokenizerTaskEncoder"),
+        [],
+        "masks built from lengths sorted longest first, ids in sample order",
+        "T5TokenizerTaskEncoder",
+    ),
     "ReusedTokenBufferTaskEncoder": (
-        [], "every sample's input_ids alias one buffer on self", "TorchResizeTaskEncoder"),
-    "KeyCacheTaskEncoder": ([], "outputs cached on self by __key__ (blends share keys)", "ImageNetNormTaskEncoder"),
-    "TransposedImageTaskEncoder": ([], "permute(2, 1, 0): height and width swapped", "ImageNetNormTaskEncoder"),
+        [],
+        "every sample's input_ids alias one buffer on self",
+        "TorchResizeTaskEncoder",
+    ),
+    "KeyCacheTaskEncoder": (
+        [],
+        "outputs cached on self by __key__ (blends share keys)",
+        "ImageNetNormTaskEncoder",
+    ),
+    "TransposedImageTaskEncoder": (
+        [],
+        "permute(2, 1, 0): height and width swapped",
+        "ImageNetNormTaskEncoder",
+    ),
     "VerticalFlipTaskEncoder": (
-        ["image: flip axis=-1 rate=0.5"], "declared horizontal flip done vertically (HWC axis 0)",
-        "DeclaredFlipTaskEncoder"),
+        ["image: flip axis=-1 rate=0.5"],
+        "declared horizontal flip done vertically (HWC axis 0)",
+        "DeclaredFlipTaskEncoder",
+    ),
+    "Sd3MaskOfOnesTaskEncoder": (
+        [],
+        "each sample's T5 mask all ones although its ids are padded",
+        "Sd3TwoTokenizersTaskEncoder",
+    ),
 }
