@@ -540,6 +540,8 @@ class MemberJudge:
 def _mask_problem(target: Any, mask: Any, pad: int | None) -> str | None:
     mask_flat = mask.reshape(-1)
     if target.numel() == mask.numel() and not target.is_floating_point():
+        if pad is None:
+            return None  # no sample shows a run of padding: where the padding is cannot be told
         return mask_problem(target.reshape(-1), mask_flat, pad)
     rows = position_markers(target.reshape(mask_flat.numel(), -1), 1)
     if rows is None:

@@ -29,6 +29,7 @@ __all__ = [
     "mask_problem",
     "batch_mask_problems",
     "pair_problems",
+    "batch_pad_values",
     "MaskPair",
     "position_markers",
 ]
@@ -217,6 +218,8 @@ def batch_mask_problems(ids: Any, mask: Any, pad: int | None = None) -> list[tup
         return []
     if pad is None and not rows.is_floating_point() and rows.min() >= 0:
         pad = pad_value(list(rows))
+        if pad is None:
+            return []  # no row shows a run of padding: where the padding is cannot be told
     out = []
     for row in range(rows.shape[0]):
         problem = mask_problem(rows[row], mask_t[row], pad)
@@ -234,9 +237,31 @@ def batch_mask_problems(ids: Any, mask: Any, pad: int | None = None) -> list[tup
     return out
 
 
-def pair_problems(present: Mapping[str, Any], pair: MaskPair) -> list[tuple[int, str, int | None]]:
-    """:func:`batch_mask_problems` of a batch's mask against every field it may describe: a row is wrong
-    only when it describes none of them (the problem named is the nearest-named field's)."""
-    found = [batch_mask_problems(present[target], present[pair.mask]) for target in pair.targets]
+def pair_problems(
+    present: Mapping[str, Any], pair: MaskPair, pads: Mapping[str, int | None] | None = None
+) -> list[tuple[int, str, int | None]]:
+    """:func:`batch_mask_problems` of a batch's mask against every field it may describe (``pads``: the pad
+    id of each, found over every batch; else over this one): a row is wrong only when it describes none of
+    them (the problem named is the nearest-named field's)."""
+    pads = pads or {}
+    found = [batch_mask_problems(present[t], present[pair.mask], pads.get(t)) for t in pair.targets]
     wrong = set.intersection(*({row for row, _, _ in problems} for problems in found)) if found else set()
     return [item for item in found[0] if item[0] in wrong] if found else []
+
+
+def batch_pad_values(batches: Sequence[Mapping[str, Any]], pair: MaskPair) -> dict[str, int | None]:
+    """The pad id of each field a mask may describe, over the rows of every batch (one batch of four rows
+    may hold no row padded by two or more)."""
+    out: dict[str, int | None] = {}
+    for target in pair.targets:
+        rows = []
+        for present in batches:
+            ids = as_tensor(present.get(target))
+            mask = as_tensor(present.get(pair.mask))
+            if ids is None or mask is None or ids.shape != mask.shape or ids.dim() != 2:
+                continue
+            if ids.is_floating_point() or ids.dtype == torch.bool:
+                continue
+            rows.extend(ids)
+        out[target] = pad_value(rows) if rows else None
+    return out

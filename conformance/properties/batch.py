@@ -31,7 +31,7 @@ from ..execution import TargetError, encode, matching_cooker, target_call, worke
 from ..fingerprint import fingerprint, first_difference
 from ..oracle import required_values
 from ..oracles.fields import fields
-from ..oracles.tokens import mask_fields, pair_problems
+from ..oracles.tokens import batch_pad_values, mask_fields, pair_problems
 from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
 from ..pipeline import (
     assign,
@@ -445,10 +445,14 @@ def _masks(claims: ClaimRecorder, loaders: list[Any]) -> None:
             "masks", "no delivered batch carries a mask beside token ids or padded embeddings"
         )
         return
+    pads = {}
+    for *_, pair in found:
+        if pair.mask not in pads:
+            pads[pair.mask] = batch_pad_values([p for _, _, _, p, q in found if q.mask == pair.mask], pair)
     with claims.claim("masks") as claim:
         for delivered, index, keys, present, pair in found:
             claim.examined()
-            for row, problem, source in pair_problems(present, pair):
+            for row, problem, source in pair_problems(present, pair, pads[pair.mask]):
                 which = f" (sample {keys[row]!r})" if row < len(keys) else ""
                 origin = ""
                 if source is not None:
