@@ -169,6 +169,18 @@ class MemberJudge:
             f: member_form(expected.spec, expected.value, present[f], self._declared(f)) for f in candidates
         }
         forms = {f: form for f, form in forms.items() if form is not None or f in dependents}
+        for f, form in list(forms.items()):
+            # Dependence is measured member by member: a field that depends on a structured member may hold
+            # another of its leaves, and a text field that depends on a caption may be derived from it (a hash,
+            # a template). Damage is only shown where the field is the member's own (found by name or value),
+            # or by a form no other value takes (a cut, a fill, normalised twice).
+            if (
+                f != field_name
+                and form is not None
+                and form.defect
+                and (expected.leaf is not None or form.cause == "text changed")
+            ):
+                forms[f] = None
         kept = [
             (f, form)
             for f, form in forms.items()

@@ -11,7 +11,8 @@ JPEG):
   rolled by ``c`` positions (same values, dtype and shape; a different payload), so that a check that
   follows samples by value tells the copies apart. Text, JSON and opaque members are copied as they are.
 * **dtype**: every floating-point tensor (a ``.pth``, a tensor leaf of a pickled structure, a float
-  ``.npy`` where numpy has the dtype) is cast to ``dtype``.
+  ``.npy`` where numpy has the dtype) is cast to ``dtype``; cast to a wider dtype, its values are moved by a
+  few parts in 2**14 (values the narrower dtype cannot hold), so that a reader narrowing them again shows.
 * **faults**: the fault kinds of :data:`~primus_energon.synthetic.FAULT_KINDS`, each made from the real
   member it hits (a NaN or a wrong shape in the real tensor, the real caption in another encoding, the
   member removed), placed exactly as the generator places them, and recorded in the manifest.
@@ -145,6 +146,16 @@ def _rolled(data: bytes, spec: Any, shift: int) -> bytes | None:
     return None
 
 
+def _fine_bits(tensor: Any) -> Any:
+    """``tensor`` (just widened) with its values moved by a few parts in 2**14, deterministically: values a
+    narrower dtype cannot hold, so that a reader casting them back (``.half()``, ``.astype(float16)``) loses
+    something where a widening alone would give back the same numbers."""
+    torch = _torch()
+    flat = tensor.reshape(-1)
+    steps = (torch.arange(flat.numel(), dtype=torch.float64) % 7 + 1) * 2.0**-14
+    return (flat.double() * (1 + steps)).to(tensor.dtype).reshape(tensor.shape)
+
+
 def _cast(data: bytes, spec: Any, dtype: str) -> bytes | None:
     """The member with its floating-point tensors cast to ``dtype``, or None when it holds none."""
     import numpy as np
@@ -156,13 +167,19 @@ def _cast(data: bytes, spec: Any, dtype: str) -> bytes | None:
     def cast_tensor(tensor: Any) -> Any:
         if tensor.is_floating_point() and tensor.dtype != target:
             changed.append(1)
-            return tensor.to(target)
+            cast = tensor.to(target)
+            if torch.finfo(target).eps < torch.finfo(tensor.dtype).eps:
+                cast = _fine_bits(cast)
+            return cast
         return tensor
 
     def cast_array(array: Any) -> Any:
         if array.dtype.kind == "f" and dtype != "bfloat16" and array.dtype != np.dtype(dtype):
             changed.append(1)
-            return array.astype(dtype)
+            cast = array.astype(dtype)
+            if np.finfo(np.dtype(dtype)).eps < np.finfo(array.dtype).eps:
+                cast = _fine_bits(torch.from_numpy(np.ascontiguousarray(cast))).numpy()
+            return cast
         return array
 
     if isinstance(spec, TensorSpec):

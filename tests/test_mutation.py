@@ -5,6 +5,7 @@ killed by the claim meant for it and one that survives, with the report's matrix
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -142,12 +143,44 @@ def test_a_kill_counts_against_the_baseline_and_says_whether_it_was_meant() -> N
     assert (hung["verdict"], hung["as_meant"]) == ("timeout", False)
     unjudged = judge(mutant, _run("completed", {"fidelity/tensors": "fail"}), _run("broken", {}), advice)
     assert unjudged["verdict"] == "unjudged"
+    assert (as_meant["failed_as_meant"], other["failed_as_meant"]) == (True, False)
     summary = summarize([as_meant, other, survived, hung], {})["overall"]
     assert (summary["scored"], summary["killed_as_meant"], summary["killed"], summary["rate_as_meant"]) == (
         4,
         1,
         2,
         0.25,
+    )
+    assert (summary["scored_defects"], summary["failed_as_meant"], summary["rate_failed_as_meant"]) == (
+        4,
+        1,
+        0.25,
+    )
+    # a mutant meant for an advice claim only is scored apart: advised as meant is no kill
+    advised_mutant = dataclasses.replace(mutant, id="advice_only", meant=("fidelity/unmatched",))
+    advised = judge(
+        advised_mutant,
+        _run("completed", {"fidelity/tensors": "pass", "fidelity/unmatched": "advice"}),
+        _run("completed", {"fidelity/tensors": "pass", "fidelity/unmatched": "pass"}),
+        advice,
+    )
+    assert (advised["verdict"], advised["as_meant"], advised["failed_as_meant"], advised["advice_meant"]) == (
+        "advised",
+        True,
+        False,
+        True,
+    )
+    both = summarize([as_meant, advised], {})["overall"]
+    assert (
+        both["scored_defects"],
+        both["failed_as_meant"],
+        both["scored_advice"],
+        both["advised_as_meant"],
+    ) == (
+        1,
+        1,
+        1,
+        1,
     )
     assert summarize([as_meant, survived], {"tensor_transpose": "why"})["overall"]["scored"] == 0
 
@@ -179,6 +212,7 @@ def test_a_session_reports_the_killed_mutant_by_its_meant_claim_and_the_survivor
     assert (survivor["verdict"], survivor["as_meant"], survivor["detected_by"]) == ("survived", False, {})
     overall = document["summary"]["overall"]
     assert (overall["scored"], overall["killed_as_meant"], overall["rate_as_meant"]) == (2, 1, 0.5)
+    assert (overall["failed_as_meant"], overall["rate_failed_as_meant"]) == (1, 0.5)
     assert document["summary"]["per_operator"]["remove_stateless"]["rate_as_meant"] == 1.0
     markdown = (out / "REPORT.md").read_text()
     assert "### `field_drop_caption` (drop_field, survived)" in markdown

@@ -309,3 +309,22 @@ def test_hostile_member_bytes_are_described_never_raised(name: str, signature: b
     assert kind is None or kind[0] in ("npy", "tensor", "bytes", "pickle", "image", "json", "text")
     spec = _spec_for(name, data)
     assert spec.kind in ("tensor", "npy", "pickle", "image", "json", "text", "bytes")
+
+
+def test_a_wider_dtype_variant_holds_values_the_narrower_dtype_cannot(tmp_path: Path) -> None:
+    """Widened, the user's float16 values would come back unchanged from a reader that narrows them again:
+    the float32 variant moves them a little, so that such a reader is seen to lose something."""
+    samples = _user_samples(1)
+    derive_dataset(
+        tmp_path / "f32", samples, schema=_schema(samples[0]), num_samples=1, shard_size=1, dtype="float32"
+    )
+    stored = read_members(tmp_path / "f32")["d_000000"]
+    original = np.load(io.BytesIO(samples[0]["t5.bytes"]), allow_pickle=False)
+    widened = np.load(io.BytesIO(stored["t5.bytes"]), allow_pickle=False)
+    assert widened.dtype == np.float32 and widened.shape == original.shape
+    nonzero = original != 0
+    assert not np.array_equal(widened.astype(np.float16)[nonzero], widened[nonzero])  # narrowing loses
+    assert np.allclose(widened, original.astype(np.float32), rtol=2**-10)  # yet they are the user's values
+    again = tmp_path / "again"
+    derive_dataset(again, samples, schema=_schema(samples[0]), num_samples=1, shard_size=1, dtype="float32")
+    assert read_members(again)["d_000000"]["t5.bytes"] == stored["t5.bytes"]  # deterministic

@@ -7,7 +7,7 @@
 
 Mutants run one at a time (``nice -n 10``), each in a fresh pytest process; results are cached in
 ``--cache`` (keyed by the mutated source and the profile), so a second run only reruns what changed
-(``--fresh`` reruns everything). Exit status 0; 1 with ``--check`` when the goal (95 % killed as meant) is
+(``--fresh`` reruns everything). Exit status 0; 1 with ``--check`` when the goal (95 % failed as meant) is
 not met or a mutant could not be run; 2 for a bad argument or a mutant that no longer applies.
 """
 
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     overall = document["summary"]["overall"]
     print(
-        f"killed as meant: {overall['killed_as_meant']}/{overall['scored']} "
-        f"({overall['rate_as_meant']}); report: {args.out / 'REPORT.md'}"
+        f"failed as meant: {overall['failed_as_meant']}/{overall['scored_defects']} "
+        f"({overall['rate_failed_as_meant']}); advice apart: {overall['advised_as_meant']}/"
+        f"{overall['scored_advice']} advised as meant; report: {args.out / 'REPORT.md'}"
     )
     if args.check and (
         any(r["verdict"] == "not run" for r in judged)

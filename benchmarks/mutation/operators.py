@@ -3,7 +3,8 @@
 Each :class:`Mutant` is one source-level edit (or a few) of one file of the reference targets
 (``primus_energon/cookers.py``, ``task_encoders.py``, ``batching.py``, ``dataloader.py``, ``payloads.py``) or
 of the zoo's correct packing TaskEncoder (``tests/conformance_zoo/packing.py``, because no reference
-TaskEncoder packs). An edit replaces a snippet that must occur exactly once in the file, and the mutated file
+TaskEncoder packs) and of the zoo's correct raw-image pipeline (``tests/conformance_zoo/raw_pipeline.py``: resize,
+crop, normalise, tokenise with a mask, which no reference TaskEncoder does). An edit replaces a snippet that must occur exactly once in the file, and the mutated file
 must still parse, so a mutant never silently applies to nothing. Each mutant names the target it is checked
 as (one of :data:`TARGETS`) and the claims that are *meant* to kill it: the claims whose documented defect it
 is. A kill by another claim counts as a kill, but not as a kill by the intended claim.
@@ -27,6 +28,8 @@ __all__ = [
     "TARGETS",
     "MUTANT_PACKAGE",
     "MUTANT_PACKING_MODULE",
+    "MUTANT_RAW_PIPELINE_MODULE",
+    "ZOO_SUBJECTS",
     "REPO_ROOT",
     "mutated_source",
     "mutant_diff",
@@ -39,6 +42,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MUTANT_PACKAGE = "primus_energon_mutant"
 #: The name the mutated copy of the zoo's packing module is imported under.
 MUTANT_PACKING_MODULE = "primus_energon_mutant_packing"
+#: The name the mutated copy of the zoo's raw-image pipeline is imported under.
+MUTANT_RAW_PIPELINE_MODULE = "primus_energon_mutant_raw_pipeline"
 
 #: target label -> (pytest option, module, attribute). Every mutant is checked as one of these.
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -48,6 +53,7 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     "MultiFormatTaskEncoder": ("--task-encoder", MUTANT_PACKAGE, "MultiFormatTaskEncoder"),
     "MegatronDataloaderWrapper": ("--wrapper", MUTANT_PACKAGE, "MegatronDataloaderWrapper"),
     "FirstFitPackingTaskEncoder": ("--task-encoder", MUTANT_PACKING_MODULE, "FirstFitPackingTaskEncoder"),
+    "RawPipelineTaskEncoder": ("--task-encoder", MUTANT_RAW_PIPELINE_MODULE, "RawPipelineTaskEncoder"),
 }
 
 
@@ -128,6 +134,7 @@ BATCHING = "primus_energon/batching.py"
 DATALOADER = "primus_energon/dataloader.py"
 RESUME = "primus_energon/resume.py"
 PACKING = "tests/conformance_zoo/packing.py"
+RAW_PIPELINE = "tests/conformance_zoo/raw_pipeline.py"
 
 #: imports the cooker mutants need, added after the cookers' Energon import
 _COOKER_IMPORTS = Edit(
@@ -213,6 +220,205 @@ def _rng_mutants() -> list[Mutant]:
                 )
             )
     return out
+
+
+#: the zoo modules mutated besides the library: repository path -> the module name its copy is imported under
+ZOO_SUBJECTS: dict[str, str] = {
+    PACKING: MUTANT_PACKING_MODULE,
+    RAW_PIPELINE: MUTANT_RAW_PIPELINE_MODULE,
+}
+
+
+def _raw(
+    id_: str, operator: str, description: str, edits: tuple[Edit, ...], meant: tuple[str, ...]
+) -> Mutant:
+    return Mutant(id_, operator, description, RAW_PIPELINE, edits, "RawPipelineTaskEncoder", meant)
+
+
+_RAW_TO_PIXELS = "    pixels = pixels.float() / 255.0\n    return pixels * 2.0 - 1.0\n"
+_RAW_IMPORTS = Edit("import io\n", "import io\nimport random\n\nimport torch.nn.functional as F\n")
+
+
+def _raw_pipeline_mutants() -> list[Mutant]:
+    """Defects of a raw-image pipeline's stages (tests/conformance_zoo/raw_pipeline.py): normalisation,
+    layout, resize, colour, a flip, the caption's tokens and mask, state kept between samples."""
+    return [
+        _raw(
+            "raw_normalised_twice",
+            "raw_normalise",
+            "encode_sample normalises the image to [-1, 1] twice",
+            (
+                Edit(
+                    _RAW_TO_PIXELS,
+                    "    pixels = pixels.float() / 255.0\n    pixels = pixels * 2.0 - 1.0\n    return pixels * 2.0 - 1.0\n",
+                ),
+            ),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_scaled_twice",
+            "raw_normalise",
+            "the image is divided by 255 twice",
+            (Edit(_RAW_TO_PIXELS, "    pixels = pixels.float() / 255.0 / 255.0\n    return pixels\n"),),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_uint8_wraps",
+            "raw_uint8",
+            "(x - 128) / 128 computed on the uint8 tensor, which wraps around",
+            (Edit(_RAW_TO_PIXELS, "    return (pixels - 128) / 128\n"),),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_transposed",
+            "raw_layout",
+            "permute(2, 1, 0): height and width swapped",
+            (Edit(".permute(2, 0, 1)\n", ".permute(2, 1, 0)\n"),),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_resize_over_channels",
+            "raw_layout",
+            "the image resized with F.interpolate on its HWC tensor (the colour axis taken for a spatial one)",
+            (
+                _RAW_IMPORTS,
+                Edit(
+                    '        pixels = to_pixels(resize_and_crop(sample["image"]))\n',
+                    '        hwc = torch.from_numpy(np.asarray(sample["image"]).copy()).float()[None]\n'
+                    '        pixels = F.interpolate(hwc, size=(SIZE, SIZE), mode="bilinear", antialias=True)[0] / 127.5 - 1\n',
+                ),
+            ),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_grey",
+            "raw_colour",
+            "the image converted to grey (and back to three channels) before resizing",
+            (
+                Edit(
+                    '        image = image.convert("RGB")\n',
+                    '        image = image.convert("L").convert("RGB")\n',
+                ),
+            ),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_always_flipped",
+            "raw_flip",
+            "every image flipped horizontally, no declaration",
+            (
+                Edit(
+                    _RAW_TO_PIXELS,
+                    "    pixels = pixels.float() / 255.0\n    return (pixels * 2.0 - 1.0).flip(-1)\n",
+                ),
+            ),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_image_constant",
+            "raw_lost",
+            "the image replaced by zeros of its shape",
+            (Edit(_RAW_TO_PIXELS, "    return torch.zeros(pixels.shape)\n"),),
+            ("fidelity/images",),
+        ),
+        _raw(
+            "raw_crop_global_random",
+            "raw_random",
+            "the crop's offset drawn from the unseeded global random",
+            (
+                _RAW_IMPORTS,
+                Edit(
+                    "    left, top = (w - SIZE) // 2, (h - SIZE) // 2\n",
+                    "    left, top = random.randint(0, w - SIZE), random.randint(0, h - SIZE)\n",
+                ),
+            ),
+            ("purity/order", "purity/global_rng", "determinism/fresh_processes", "resume/checkpoint"),
+        ),
+        _raw(
+            "raw_one_token",
+            "raw_tokens",
+            "every caption cut to one token",
+            (Edit("[: MAX_TOKENS - 2]", "[:0]"),),
+            ("fidelity/text",),
+        ),
+        _raw(
+            "raw_caption_ignored",
+            "raw_tokens",
+            "the caption tokenised as an empty prompt",
+            (
+                Edit(
+                    '        input_ids, attention_mask = tokenize(sample["caption"])\n',
+                    '        input_ids, attention_mask = tokenize("")\n',
+                ),
+            ),
+            ("fidelity/text",),
+        ),
+        _raw(
+            "raw_previous_caption",
+            "raw_state",
+            "encode_sample tokenises the caption of the sample before (kept on the TaskEncoder)",
+            (
+                Edit(
+                    '        input_ids, attention_mask = tokenize(sample["caption"])\n',
+                    '        previous = getattr(self, "_previous", sample["caption"])\n'
+                    '        self._previous = sample["caption"]\n'
+                    "        input_ids, attention_mask = tokenize(previous)\n",
+                ),
+            ),
+            ("purity/order", "purity/independent_outputs"),
+        ),
+        _raw(
+            "raw_mask_of_ones",
+            "raw_mask",
+            "the attention mask is all ones over the padding",
+            (
+                Edit(
+                    "    mask = [1] * length + [0] * (MAX_TOKENS - length)\n", "    mask = [1] * MAX_TOKENS\n"
+                ),
+            ),
+            ("fidelity/masks", "batch/masks"),
+        ),
+        _raw(
+            "raw_mask_off_by_two",
+            "raw_mask",
+            "the attention mask leaves out the last two tokens",
+            (
+                Edit(
+                    "    mask = [1] * length + [0] * (MAX_TOKENS - length)\n",
+                    "    mask = [1] * (length - 2) + [0] * (MAX_TOKENS - length + 2)\n",
+                ),
+            ),
+            ("fidelity/masks", "batch/masks"),
+        ),
+        _raw(
+            "raw_masks_reordered",
+            "raw_mask",
+            "batch() stacks the masks of the samples in reverse order",
+            (
+                Edit(
+                    '            "attention_mask": torch.stack([s["attention_mask"] for s in samples]),\n',
+                    '            "attention_mask": torch.stack([s["attention_mask"] for s in samples[::-1]]),\n',
+                ),
+            ),
+            ("batch/masks", "batch/delivered", "batch/rows"),
+        ),
+        _raw(
+            "raw_token_buffer",
+            "raw_state",
+            "the ids are written into one buffer held by the TaskEncoder and returned without a copy",
+            (
+                Edit(
+                    '        input_ids, attention_mask = tokenize(sample["caption"])\n',
+                    '        input_ids, attention_mask = tokenize(sample["caption"])\n'
+                    '        if not hasattr(self, "_ids"):\n'
+                    "            self._ids = torch.zeros(MAX_TOKENS, dtype=input_ids.dtype)\n"
+                    "        self._ids.copy_(input_ids)\n"
+                    "        input_ids = self._ids\n",
+                ),
+            ),
+            ("purity/independent_outputs", "purity/shared_memory", "batch/rows", "batch/delivered"),
+        ),
+    ]
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -549,6 +755,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- randomness -------------------------------------------------------------------------------------------
     *_rng_mutants(),
+    *_raw_pipeline_mutants(),
     Mutant(
         "rng_unseeded_augment",
         "unseeded_augmentation",

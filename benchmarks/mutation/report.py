@@ -5,8 +5,11 @@ Rates are over the *scored* mutants: those judged (their target's baseline compl
 marked equivalent by hand in ``equivalent.txt`` (``MUTANT_ID  # reason``; a mutant listed without a reason
 is an error, so none is dropped silently). Three rates:
 
-* **killed as meant** (the goal, >= 95 %): a claim the mutant names as meant for it reported it (failed,
-  errored, or, for an advice claim, advised);
+* **failed as meant** (the score, goal >= 95 %): a defect claim the mutant names as meant for it failed (or
+  errored). Counted by failing claims only: advice never counts as a kill. Mutants whose every meant claim
+  is advice (an error message without the sample's key) are scored apart, as **advised as meant**;
+* **killed as meant**: a claim meant for the mutant reported it (failed, errored, or, for an advice claim,
+  advised);
 * **killed**: any defect claim failed where it passed on the baseline;
 * **detected**: killed, or reported by advice claims only.
 """
@@ -64,11 +67,19 @@ def summarize(judged: Sequence[Mapping[str, Any]], equivalent: Mapping[str, str]
         as_meant = sum(1 for r in scored if r["as_meant"])
         killed = sum(1 for r in scored if r["verdict"] == "killed")
         detected = sum(1 for r in scored if r["verdict"] in ("killed", "advised"))
+        defects = [r for r in scored if not r.get("advice_meant")]
+        failed = sum(1 for r in defects if r.get("failed_as_meant"))
+        advice = [r for r in scored if r.get("advice_meant")]
         return {
             "mutants": len(rows),
             "equivalent": sum(1 for r in rows if r["id"] in equivalent),
             "scored": len(scored),
             "verdicts": dict(counts),
+            "scored_defects": len(defects),
+            "failed_as_meant": failed,
+            "rate_failed_as_meant": _rate(failed, len(defects)),
+            "scored_advice": len(advice),
+            "advised_as_meant": sum(1 for r in advice if r["as_meant"]),
             "killed_as_meant": as_meant,
             "killed": killed,
             "detected": detected,
@@ -80,7 +91,9 @@ def summarize(judged: Sequence[Mapping[str, Any]], equivalent: Mapping[str, str]
     operators = list(dict.fromkeys(r["operator"] for r in judged))
     overall = tally(judged)
     overall["goal"] = GOAL
-    overall["goal_met"] = overall["rate_as_meant"] is not None and overall["rate_as_meant"] >= GOAL
+    overall["goal_met"] = (
+        overall["rate_failed_as_meant"] is not None and overall["rate_failed_as_meant"] >= GOAL
+    )
     return {
         "overall": overall,
         "per_operator": {op: tally([r for r in judged if r["operator"] == op]) for op in operators},
@@ -159,9 +172,13 @@ def _markdown(document: Mapping[str, Any]) -> str:
         "",
         "## Score",
         "",
-        f"**{_pct(overall['rate_as_meant'])} killed by a claim meant for them** "
-        f"({overall['killed_as_meant']} of {overall['scored']} scored mutants; goal {_pct(overall['goal'])}: "
-        f"{'met' if overall['goal_met'] else '**not met**'}). Killed by any defect claim: "
+        f"**{_pct(overall['rate_failed_as_meant'])} failed by a defect claim meant for them** "
+        f"({overall['failed_as_meant']} of {overall['scored_defects']} scored mutants whose defect is data, "
+        f"determinism, resume, a crash or safety; advice counts as no kill; goal {_pct(overall['goal'])}: "
+        f"{'met' if overall['goal_met'] else '**not met**'}). Scored apart: {overall['scored_advice']} mutants "
+        f"whose defect is advice by design, {overall['advised_as_meant']} of them advised as meant. Killed or "
+        f"advised by a claim meant for them: {_pct(overall['rate_as_meant'])} ({overall['killed_as_meant']} of "
+        f"{overall['scored']}). Killed by any defect claim: "
         f"{_pct(overall['rate_killed'])}; detected (killed or advised): {_pct(overall['rate_detected'])}. "
         f"{overall['mutants']} mutants, {overall['equivalent']} marked equivalent; verdicts: "
         + ", ".join(f"{v} {n}" for v, n in sorted(overall["verdicts"].items()))
@@ -185,10 +202,11 @@ def _markdown(document: Mapping[str, Any]) -> str:
                 "mutants",
                 "equivalent",
                 "scored",
+                "failed as meant",
                 "killed as meant",
                 "killed",
                 "detected",
-                "rate as meant",
+                "rate failed as meant",
             ],
             [
                 [
@@ -196,10 +214,11 @@ def _markdown(document: Mapping[str, Any]) -> str:
                     t["mutants"],
                     t["equivalent"],
                     t["scored"],
+                    t["failed_as_meant"],
                     t["killed_as_meant"],
                     t["killed"],
                     t["detected"],
-                    _pct(t["rate_as_meant"]),
+                    _pct(t["rate_failed_as_meant"]),
                 ]
                 for op, t in document["summary"]["per_operator"].items()
             ],

@@ -1,9 +1,9 @@
 """Running mutants against the conformance suite, one fresh ``pytest`` process each.
 
 For each mutant a temporary directory receives a copy of the library modules of ``primus_energon`` as the
-package :data:`~benchmarks.mutation.operators.MUTANT_PACKAGE` and a copy of the zoo's packing module as
-:data:`~benchmarks.mutation.operators.MUTANT_PACKING_MODULE` (whose ``primus_energon`` imports are pointed
-at the mutant package), with the mutant's file replaced by its mutated text. That directory goes first on
+package :data:`~benchmarks.mutation.operators.MUTANT_PACKAGE` and a copy of each zoo module that is mutated
+(:data:`~benchmarks.mutation.operators.ZOO_SUBJECTS`: the packing and raw-pipeline TaskEncoders, whose
+``primus_energon`` imports are pointed at the mutant package), with the mutant's file replaced by its mutated text. That directory goes first on
 ``PYTHONPATH``, and ``python -m pytest --conformance-profile P --cooker|--task-encoder|--wrapper
 MODULE:ATTR --conformance-report DIR`` runs from an empty working directory (no project configuration
 applies; the suite's own child processes inherit the path). The claims' verdicts are read back from
@@ -38,10 +38,9 @@ from typing import Any
 
 from .operators import (
     MUTANT_PACKAGE,
-    MUTANT_PACKING_MODULE,
-    PACKING,
     REPO_ROOT,
     TARGETS,
+    ZOO_SUBJECTS,
     Mutant,
     mutant_diff,
     mutated_source,
@@ -81,12 +80,13 @@ def _copy_library(destination: Path) -> None:
         destination / MUTANT_PACKAGE,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "synthetic", "conformance"),
     )
-    packing = (REPO_ROOT / PACKING).read_text(encoding="utf-8")
-    (destination / f"{MUTANT_PACKING_MODULE}.py").write_text(_retarget_packing(packing), encoding="utf-8")
+    for path, module in ZOO_SUBJECTS.items():
+        text = (REPO_ROOT / path).read_text(encoding="utf-8")
+        (destination / f"{module}.py").write_text(_retarget(text), encoding="utf-8")
 
 
-def _retarget_packing(text: str) -> str:
-    """The zoo's packing module, importing its base classes from the mutant package."""
+def _retarget(text: str) -> str:
+    """A zoo module, importing what it takes from the library from the mutant package."""
     return text.replace("from primus_energon import", f"from {MUTANT_PACKAGE} import")
 
 
@@ -96,8 +96,8 @@ def build_tree(destination: Path, mutant: Mutant | None) -> None:
     if mutant is None:
         return
     text = mutated_source(mutant)
-    if mutant.file == PACKING:
-        (destination / f"{MUTANT_PACKING_MODULE}.py").write_text(_retarget_packing(text), encoding="utf-8")
+    if mutant.file in ZOO_SUBJECTS:
+        (destination / f"{ZOO_SUBJECTS[mutant.file]}.py").write_text(_retarget(text), encoding="utf-8")
     else:
         relative = Path(mutant.file).relative_to("primus_energon")
         (destination / MUTANT_PACKAGE / relative).write_text(text, encoding="utf-8")
@@ -193,7 +193,7 @@ def _kill_group(process: subprocess.Popen) -> None:
 def _key(mutant: Mutant | None, target: str, profile: str, properties: Sequence[str]) -> str:
     """What a cached result must match: the mutated source (and the library it is copied from), the profile."""
     digest = hashlib.sha256()
-    for path in sorted(LIBRARY.glob("*.py")) + [REPO_ROOT / PACKING]:
+    for path in sorted(LIBRARY.glob("*.py")) + [REPO_ROOT / p for p in ZOO_SUBJECTS]:
         digest.update(path.read_bytes())
     if mutant is not None:
         digest.update(mutated_source(mutant).encode())
@@ -288,6 +288,10 @@ def judge(mutant: Mutant, result: RunResult, baseline: RunResult, advice_claims:
         "advised_by": advice,
         "by_meant": by_meant,
         "as_meant": verdict in ("killed", "advised") and bool(by_meant),
+        # the score counts failing claims only: a defect claim meant for the mutant failed (or errored)
+        "failed_as_meant": bool(set(mutant.meant) & set(defects)),
+        # a mutant whose every meant claim is advice is scored apart (its defect is advice by design)
+        "advice_meant": bool(mutant.meant) and all(c in advice_claims for c in mutant.meant),
         "messages": {c: result.messages.get(c, "") for c in detected},
         "noise": sorted(c for c, v in baseline.claims.items() if v in _REPORTED),
         "diff": mutant_diff(mutant),
