@@ -110,6 +110,9 @@ class MemberJudge:
         self._tokenised: dict[str, str] = {}  # text member -> the field holding its ids
         #: "member 'txt'" -> (distinct captions, distinct ids, the shortest beginning colliding captions share)
         self._alike: dict[str, tuple[int, int, int]] = {}
+        #: fields that changed between two runs of one sample (not a function of the sample: no collapse
+        #: can be read from them; purity and determinism judge them)
+        self._unstable_fields: set[str] = set()
         self._outputs: list[tuple[str, Any]] = []
         self.transformed: dict[str, str] = {}  # "member -> field" -> how (for the report's details)
 
@@ -257,6 +260,7 @@ class MemberJudge:
         if index < self.flow_samples or member not in self.known:
             found = self.flow.dependents(index, member)
             self.known.setdefault(member, set()).update(found)
+            self._unstable_fields |= self.flow.unstable_fields(index)
             return found
         return set(self.known[member])
 
@@ -450,6 +454,8 @@ class MemberJudge:
         differ within their first :data:`DISTINCT_PREFIX` characters and still get the same ids are a
         collapse (a cut to one token, a caption replaced); the others are cut captions (advice)."""
         for held in self._held.values():
+            if held.field in self._unstable_fields:
+                continue
             by_output: dict[Any, dict[Any, tuple[str, Any]]] = {}
             for key, member_print, output_print, value in held.pairs:
                 by_output.setdefault(output_print, {}).setdefault(member_print, (key, value))

@@ -570,13 +570,27 @@ def _stage_at_fault(
             batch = task_encoder.batch(current)
             if _delivered_problems(batch, samples, keys, seeded)[0]:
                 return "batch() does it (called on its own on the same samples)"
-            if overridden(task_encoder.encode_batch):
+            if _own_encode_batch(task_encoder):
                 return (
                     "encode_batch does it (batch() on its own keeps every sample; encode_batch runs after it)"
                 )
+            return (
+                "no stage does it on its own: batch() keeps every sample of the same samples encoded again here, "
+                "so what the loader batched differs from them (state the TaskEncoder keeps between samples, or a "
+                "draw not from the per-sample seed: purity and determinism name which)"
+            )
     except Exception as error:  # a stage that fails on its own where the loader ran it: name the loader's run
         return f"the delivered batch is wrong (running the stages on their own failed: {describe_error(error, 160)})"
     return "a stage after batch() in Energon's loader does it (batch() on its own keeps every sample)"
+
+
+def _own_encode_batch(task_encoder: TaskEncoder) -> bool:
+    """Whether the TaskEncoder's class (not Energon's DefaultTaskEncoder, whose encode_batch only converts
+    to the batch type it declares) defines an encode_batch of its own."""
+    from megatron.energon import DefaultTaskEncoder
+
+    method = getattr(type(task_encoder), "encode_batch", None)
+    return method is not None and method not in (TaskEncoder.encode_batch, DefaultTaskEncoder.encode_batch)
 
 
 def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:
