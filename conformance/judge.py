@@ -67,6 +67,9 @@ class _Finding:
             return self.message
         holder, declaration = self.declaration
         share = len(self.keys) / judged if judged else None
+        if share == 1 and declaration.startswith("dropout"):
+            # a dropout of every sample is no dropout: the data is gone
+            return f"{self.message} in every sample ({judged} of {judged}): the member's values are lost"
         return (
             f"{self.message} in {len(self.keys)} of {judged} samples; "
             f"{declaration_hint(holder, declaration, rate=share)}"

@@ -947,6 +947,20 @@ BROKEN_TARGETS: dict[str, tuple[str, str, dict, str, str]] = {
         "bad_input/code_execution",
         "fail",
     ),
+    "a T5 context cut by a negative pad (F.pad to fewer rows than stored)": (
+        "task_encoder",
+        "formats:DfmContextCutTaskEncoder",
+        {"schema": _EXAMPLES + "/dfm_flux.yaml"},
+        "fidelity/tensors",
+        "fail",
+    ),
+    "a pickled CLIP embedding replaced by zeros": (
+        "cooker",
+        "formats:cook_dfm_zero_pooled_always",
+        {"schema": _EXAMPLES + "/dfm_flux.yaml"},
+        "fidelity/tensors",
+        "fail",
+    ),
     "NeMo's control image taken from the image member": (
         "cooker",
         "formats:cook_nemo_raw_hint_from_image",

@@ -276,6 +276,11 @@ CORRECT_TARGETS: dict[str, tuple[str, str, dict]] = {
         "tests.conformance_zoo.broken:cook_casts_to_float32",
         {"encoding": "preencoded"},
     ),
+    "a T5 context padded to a fixed length with a mask (F.pad, as Megatron-Bridge's WAN pads)": (
+        "task_encoder",
+        "tests.conformance_zoo.formats:DfmContextPaddedTaskEncoder",
+        {"schema": str(_EXAMPLES / "dfm_flux.yaml")},
+    ),
     "NeMo's float16 embedding widened to float32 (every value kept)": (
         "cooker",
         "tests.conformance_zoo.formats:cook_nemo_as_float32",

@@ -332,3 +332,45 @@ def cook_nemo_raw_hint_from_image(sample: dict) -> dict[str, Any]:
     """NeMo's raw layout, but the control image is taken from the image member: the png is lost."""
     cooked = cook_nemo_raw_images(sample)
     return {**cooked, "hint": cooked["images"]}
+
+
+# -- from the field: a context cut by a negative pad, a pickled tensor zero-filled ------------------------------
+
+#: the text context length of the targets below (DFM's FLUX format stores 16 rows of T5 embeddings)
+CONTEXT_ROWS = 12
+
+
+class DfmContextPaddedTaskEncoder(DefaultTaskEncoder):
+    """Correct: DFM's layout, the T5 context padded to a fixed length with ``F.pad`` as Megatron-Bridge's WAN
+    TaskEncoder pads it, with a mask of the rows that hold the text."""
+
+    decoder = None
+    cookers = [Cooker(cook_dfm_flux, has_subflavors={"encoding": "flux"})]
+    context_rows = 20
+
+    @stateless
+    def encode_sample(self, sample: dict) -> dict:
+        import torch.nn.functional as F
+
+        context = sample["prompt_embeds"]
+        rows = context.shape[0]
+        padded = F.pad(context, (0, 0, 0, self.context_rows - rows))
+        mask = torch.zeros(self.context_rows, dtype=torch.bool)
+        mask[: min(rows, self.context_rows)] = True
+        return {**sample, "prompt_embeds": padded, "prompt_embeds_mask": mask}
+
+
+class DfmContextCutTaskEncoder(DfmContextPaddedTaskEncoder):
+    """Broken: the same ``F.pad`` to a context length shorter than the stored embeddings: the negative amount
+    cuts every sample's T5 rows past CONTEXT_ROWS (Megatron-Bridge's WAN with its text length set below the
+    226 rows UMT5 writes)."""
+
+    context_rows = CONTEXT_ROWS
+
+
+@stateless
+def cook_dfm_zero_pooled_always(sample: dict) -> dict[str, Any]:
+    """Broken: DFM's layout, the pooled CLIP embedding read from the pickle and replaced by zeros of its shape
+    (a placeholder left in after debugging): the embedding is lost for every sample."""
+    cooked = cook_dfm_flux(sample)
+    return {**cooked, "pooled_prompt_embeds": torch.zeros_like(cooked["pooled_prompt_embeds"])}
