@@ -166,7 +166,13 @@ class CheckContext:
         manifest = Manifest.load(path)
         source_keys = manifest.options.get("derived", {}).get("source_keys", {})
         damaged = manifest.damaged_keys()
-        derived = next((s for s in self.crude(path) if s.get("__key__") not in damaged), None)
+        # the checks use the edited copies (values rolled, cast to another dtype): try one of those first
+        edited = {
+            str(e).split(": ", 1)[0].split(".", 1)[0]
+            for e in manifest.options.get("derived", {}).get("edits", [])
+        }
+        clean = [s for s in self.crude(path) if s.get("__key__") not in damaged]
+        derived = next((s for s in clean if s.get("__key__") in edited), None) or next(iter(clean), None)
         if derived is None:
             return ""
         try:
@@ -183,11 +189,16 @@ class CheckContext:
             cook(self.target, own, seed=self.seed)
         except TargetError:
             return ""
+        how = (
+            "re-keyed and resharded, its values edited inside their own format"
+            if derived.get("__key__") in edited
+            else "the same members, re-keyed and resharded"
+        )
         return (
             f"the target cooks your sample {user_key!r} but not its copy {derived.get('__key__')!r} in the "
-            f"dataset the suite derived from your samples ({path.name}: the same members, re-keyed and "
-            f"resharded): {' '.join(failure.split())[:300]}. A target that depends on the key's form or on the "
-            "shard it is read from cannot be judged on derived data"
+            f"dataset the suite derived from your samples ({path.name}: {how}): "
+            f"{' '.join(failure.split())[:300]}. A target that depends on the key's form, on the shard it is "
+            "read from or on exact member values cannot be judged on derived data"
         )
 
     def cached(self, key: Any, compute: Callable[[], T]) -> T:

@@ -194,6 +194,26 @@ class MemberJudge:
         ]
         if kept:
             holder, form = kept[0]
+            if (
+                field_name is not None
+                and holder != field_name
+                and how in ("by name", "by field:")
+                and self.flow is not None
+                and field_name not in dependents
+                and forms.get(field_name) is None
+            ):
+                # the field named for the member holds something that does not change with it, and the member
+                # sits elsewhere: two fields swapped, or another value under the member's name
+                self._grouped(
+                    name,
+                    (expected.what, field_name, "swapped"),
+                    f"{self.where}: field {field_name!r} ({how}) does not hold {expected.what} and does not change "
+                    f"with it; the member reaches field {holder!r} instead: fields swapped, or another value under "
+                    "the member's name",
+                    key,
+                    f"{field_name!r} holds {_kind_of(present.get(field_name))}",
+                )
+                return
             self._pass(name)
             self._note_held(name, expected, holder, form, key, present[holder])
             return

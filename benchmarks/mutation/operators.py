@@ -561,7 +561,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _ENC,
-        ("batch/delivered",),
+        ("fidelity/tensors",),  # the first encode stage is fidelity's to judge
     ),
     Mutant(
         "encode_sample_truncates_prompts",
@@ -574,7 +574,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _ENC,
-        ("batch/delivered",),
+        ("fidelity/tensors",),  # the first encode stage is fidelity's to judge
     ),
     Mutant(
         "encode_sample_cfg_undeclared",
@@ -592,7 +592,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _ENC,
-        ("batch/delivered",),
+        ("fidelity/text",),  # the first encode stage is fidelity's to judge
     ),
     Mutant(
         "postencode_casts_half",

@@ -109,7 +109,13 @@ def _layouts(want: torch.Tensor, got: torch.Tensor) -> str | None:
                 + ("dropped" if got.dim() < want.dim() else "added")
                 + (f", {values}" if values else "")
             )
-    if want.dim() <= MAX_PERMUTED_DIMS and sorted(want.shape) == sorted(got.shape):
+    if (
+        want.dim() <= MAX_PERMUTED_DIMS
+        and sorted(want.shape) == sorted(got.shape)
+        and want.shape != got.shape
+    ):
+        # a permutation that changes the shape is a layout (a consumer reads it by its shape); one that keeps
+        # it swaps axes of one size, which no consumer can tell: _transposed judges that
         for order in itertools.permutations(range(want.dim())):
             if order == tuple(range(want.dim())):
                 continue
@@ -243,6 +249,9 @@ def _form(want: torch.Tensor, got: torch.Tensor, declared: Any) -> Form | None:
                         declaration=f"flip axis={axis} rate=RATE",
                         cause="flipped",
                     )
+    swapped = _transposed(want, got)
+    if swapped:
+        return Form("corrupted", swapped, cause="transposed")
     fill = _fill(want, got)
     if fill:
         if got.shape == want.shape and fill.startswith("filled with zeros"):
@@ -283,6 +292,20 @@ def _form(want: torch.Tensor, got: torch.Tensor, declared: Any) -> Form | None:
                     params=(scale, shift),
                 )
     return None
+
+
+def _transposed(want: torch.Tensor, got: torch.Tensor) -> str:
+    """Words for an output of the member's very shape whose values are the member's with two axes of one size
+    swapped (the spatial axes of square latents): the shape says nothing, the content is transposed ("" otherwise)."""
+    if got.shape != want.shape or want.dim() < 2 or want.dim() > MAX_PERMUTED_DIMS or same(want, got):
+        return ""
+    for a, b in itertools.combinations(range(want.dim()), 2):
+        if want.shape[a] == want.shape[b] > 1 and _values(want.transpose(a, b), got) is not None:
+            return (
+                f"axes {a} and {b} swapped (both of size {want.shape[a]}, so the shape is the same and the "
+                "content is transposed)"
+            )
+    return ""
 
 
 def _reinterpreted(want: torch.Tensor, got: torch.Tensor) -> str:
