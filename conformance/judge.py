@@ -199,6 +199,7 @@ class MemberJudge:
                 and holder != field_name
                 and how in ("by name", "by field:")
                 and self.flow is not None
+                and name != "dtypes"  # the main dataset says it (one root cause once)
                 and field_name not in dependents
                 and forms.get(field_name) is None
             ):
