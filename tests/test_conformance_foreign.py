@@ -156,3 +156,18 @@ def test_a_broken_target_fails_the_claim_meant_for_its_defect(
         f"other verdicts: {others})"
     )
     assert result.verdict == "fail" and f"] {claim_id}: " in result.message, result.message
+
+
+@pytest.mark.slow
+def test_data_of_a_dtype_the_user_never_stores_is_not_derived(
+    datasets: dict[tuple[str, str], Path], tmp_path: Path
+) -> None:
+    """A reader that casts to float16 is right on float16 data: every variant stays inside the user's format,
+    so no float32 or bfloat16 copy is derived, and fidelity/dtypes says why it does not apply."""
+    spec = "tests.conformance_zoo.foreign:NpyForcesFloat16TaskEncoder"
+    (result,) = _check(
+        spec, "task_encoder", datasets["npy_renamed", "sharded"], tmp_path, properties=["fidelity"]
+    )
+    claim = result.claim("fidelity/dtypes")
+    assert claim.verdict == "skip" and "float16" in claim.message and "outside your format" in claim.message
+    assert result.verdict == "pass", result.message

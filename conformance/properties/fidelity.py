@@ -231,6 +231,48 @@ def _castable(spec: Any, dtype: str) -> bool:
     return False
 
 
+def _float_dtypes(ctx: CheckContext, members: Mapping[str, Any]) -> set[str]:
+    """The floating-point dtypes the user's samples hold, over every tensor, array and pickled tensor of
+    every member and sample the suite derives from."""
+    seen: set[str] = set()
+    try:
+        sources = ctx.workspace.sources()
+    except ValueError:
+        return seen
+    for sample in sources:
+        for member, spec in members.items():
+            data = sample.get(member)
+            if not isinstance(data, (bytes, bytearray)) or not (
+                isinstance(spec, TensorSpec) or _holds_floats(spec)
+            ):
+                continue
+            try:
+                value = decode_member(spec, data)
+            except Exception:  # an unreadable member holds no dtype to vary
+                continue
+            for leaf in _tensor_leaves(value):
+                name = str(leaf.dtype).removeprefix("torch.")
+                if name in FLOAT_DTYPES:
+                    seen.add(name)
+    return seen
+
+
+def _tensor_leaves(value: Any, depth: int = 0) -> list[Any]:
+    import numpy as np
+
+    if depth > 8:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return [torch.from_numpy(np.ascontiguousarray(value[:0]))]
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in _tensor_leaves(item, depth + 1)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _tensor_leaves(item, depth + 1)]
+    return []
+
+
 def _was_cast(path: Any) -> bool:
     """Whether the derivation of ``path`` cast any member (see ``synthetic.derive``)."""
     from primus_energon.synthetic import Manifest
@@ -346,8 +388,22 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         main = ctx.main_dataset(encoding)
         template = _check_dataset(ctx, claims, members, main, "main", dtype_claim=False, schema=schema)
         checked += len(ctx.raw(main))
+        dtypes: tuple[str, ...] = ("bfloat16", "float16")
+        if derived and has_float:
+            # Only what the user's samples vary varies: data of a dtype they never hold is outside their format
+            # (a reader that casts to the model's dtype is right on their data, whatever it would do to other data).
+            seen = _float_dtypes(ctx, members)
+            dtypes = (
+                tuple(d for d in ("bfloat16", "float16", "float32") if d in seen) if len(seen) > 1 else ()
+            )
+            if not dtypes:
+                claims.not_applicable(
+                    "dtypes",
+                    f"every floating-point value of your samples is {'/'.join(sorted(seen)) or 'of one dtype'}: "
+                    "data of another dtype is outside your format, so none is derived",
+                )
         if has_float:
-            for dtype in ("bfloat16", "float16", "float32") if derived else ("bfloat16", "float16"):
+            for dtype in dtypes:
                 if derived and not any(_castable(spec, dtype) for spec in members.values()):
                     continue  # every floating-point member is of that dtype already
                 try:
@@ -436,9 +492,9 @@ def _hypothesis_payloads(
             if member not in sample:
                 continue
             if isinstance(spec, TensorSpec) and spec.dtype in FLOAT_DTYPES:
-                dtype = getattr(
-                    torch, data.draw(st.sampled_from(["float32", "bfloat16", "float16"]), label=member)
-                )
+                # on a user's data, the dtype its samples hold (another dtype is outside their format)
+                choices = [spec.dtype] if ctx.workspace.dataset else ["float32", "bfloat16", "float16"]
+                dtype = getattr(torch, data.draw(st.sampled_from(choices), label=member))
                 seed = data.draw(st.integers(0, 2**31 - 1), label=f"{member} seed")
                 scale = data.draw(st.sampled_from([1.0, 1e-30, 1e4, 1e38]), label=f"{member} scale")
                 shape = decode_member(spec, sample[member]).shape
