@@ -42,6 +42,10 @@ __all__ = ["MemberJudge", "FLOW_SAMPLES"]
 #: member it needs); the fields found depending on a member there stand for the member in later samples
 FLOW_SAMPLES = {"quick": 8, "ci": 12, "thorough": 32}
 
+#: samples in a row whose member reaches a field in no form the suite knows, after which that member and field
+#: are not searched again (the first one's form stands for the rest)
+UNRECOGNISED_STREAK = 6
+
 #: captions that differ within this many characters must get different token ids (a tokeniser that cuts
 #: at its maximum length keeps at least this much of every caption)
 DISTINCT_PREFIX = 16
@@ -116,6 +120,8 @@ class MemberJudge:
         #: fields that changed between two runs of one sample (not a function of the sample: no collapse
         #: can be read from them; purity and determinism judge them)
         self._unstable_fields: set[str] = set()
+        #: (member, field) -> (samples in a row with no known form, the first such form)
+        self._unrecognised: dict[tuple[str, str], tuple[int, Form | None]] = {}
         self._outputs: list[tuple[str, Any]] = []
         self.transformed: dict[str, str] = {}  # "member -> field" -> how (for the report's details)
 
@@ -171,9 +177,7 @@ class MemberJudge:
         # a mask depends on the caption it describes, but holds none of it (the masks check judges it)
         dependents = {f for f in self._dependents(index, expected.member) if not is_mask(f, present.get(f))}
         candidates += sorted(f for f in dependents if f not in candidates and f in present)
-        forms = {
-            f: member_form(expected.spec, expected.value, present[f], self._declared(f)) for f in candidates
-        }
+        forms = {f: self._form(expected, f, present[f]) for f in candidates}
         forms = {f: form for f, form in forms.items() if form is not None or f in dependents}
         for f, form in list(forms.items()):
             # Dependence is measured member by member: a field that depends on a structured member may hold
@@ -270,6 +274,22 @@ class MemberJudge:
             self._pass(name)  # not judged here: determinism and purity judge what changes on its own
             return
         self._lost(name, expected, key, present, lost_because, field_name, observed)
+
+    def _form(self, expected: Expectation, holder: str, value: Any) -> Form | None:
+        """:func:`member_form` of one member in one field; once the first :data:`UNRECOGNISED_STREAK`
+        samples found no form the suite knows for that pair, the later ones are not searched again (an image
+        search that finds nothing tries every candidate: the cost of a random resized crop on every sample)."""
+        pair = (expected.what, holder)
+        known = self._unrecognised.get(pair)
+        if known is not None and known[0] >= UNRECOGNISED_STREAK:
+            return known[1]
+        form = member_form(expected.spec, expected.value, value, self._declared(holder))
+        if form is None or form.verdict == "unrecognised":
+            count = known[0] + 1 if known is not None else 1
+            self._unrecognised[pair] = (count, form if known is None else known[1])
+        else:
+            self._unrecognised[pair] = (-(10**9), None)  # a known form was found: search every sample
+        return form
 
     # -- flow ------------------------------------------------------------------------------------------------
 
