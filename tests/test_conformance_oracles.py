@@ -291,3 +291,16 @@ def test_an_image_spec_of_another_size_is_still_an_image_variant() -> None:
     Image.new("RGB", (16, 16), (10, 20, 30)).save(buffer, format="PNG")
     (_, edited), *_ = member_variants("png", spec, buffer.getvalue(), [])
     assert np.asarray(Image.open(io.BytesIO(edited)))[0, 0].tolist() == [245, 235, 225]
+
+
+def test_a_declared_flip_is_read_through_a_unit_axis() -> None:
+    """Latents [C, H, W] delivered as [C, 1, H, W] (a one-frame video): the declared flip is still the draw
+    it is, not "no member reaches the field"."""
+    declared = parse_transform("latents: flip axis=-1 rate=0.5")
+    spec, x = (
+        TensorSpec((4, 6, 6), "float32"),
+        torch.randn(4, 6, 6, generator=torch.Generator().manual_seed(2)),
+    )
+    assert declared_outcome(declared, spec, x, x.flip(-1)[:, None]) == "applied"
+    assert declared_outcome(declared, spec, x, x[:, None]) == "kept"
+    assert declared_outcome(declared, spec, x, x.flip(-2)[:, None]) is None
