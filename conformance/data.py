@@ -40,8 +40,10 @@ from primus_energon.synthetic.schema import (
     NPY_DTYPES,
     TENSOR_DTYPES,
     BytesSpec,
+    ListSpec,
     MemberSpec,
     NpySpec,
+    ObjectSpec,
     PickleSpec,
 )
 from primus_energon.tensorfile import read_tensor
@@ -386,10 +388,30 @@ def refined(inferred: Schema, schema: Schema, schema_file: str, dataset: str | o
     )
 
 
-def _leaf_spec(value: Any) -> Any:
-    """The spec of one leaf of a pickled structure, or None when the generator cannot write it."""
+#: nesting of a pickled structure followed when its spec is inferred
+MAX_LEAF_DEPTH = 8
+
+
+def _leaf_spec(value: Any, depth: int = 0) -> Any:
+    """The spec of one value of a pickled structure, or None when the generator cannot write it: a tensor,
+    an array, text or a number; a dict of such values (nested); a list whose items share one spec (a list of
+    tensors of one shape, of dicts alike). A list of items of different specs is not described (the member
+    stays opaque bytes)."""
     import numpy as np
     import torch
+
+    if depth > MAX_LEAF_DEPTH:
+        return None
+    if isinstance(value, dict):
+        if not value or not all(isinstance(k, str) for k in value):
+            return None
+        fields = {k: _leaf_spec(v, depth + 1) for k, v in value.items()}
+        return ObjectSpec(fields) if all(f is not None for f in fields.values()) else None
+    if isinstance(value, (list, tuple)):
+        items = [_leaf_spec(v, depth + 1) for v in value]
+        if not items or any(i is None for i in items) or any(i != items[0] for i in items[1:]):
+            return None
+        return ListSpec(items[0], len(items))
 
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")

@@ -48,7 +48,7 @@ from primus_energon.synthetic.schema import (
 from primus_energon.tensorfile import read_tensor
 
 from .fingerprint import array_tensor, fingerprint, tensor_bytes
-from .oracles.compare import identical
+from .oracles.compare import as_tensor, identical
 from .oracles.fields import MISSING, fields
 
 __all__ = [
@@ -287,12 +287,8 @@ def holds(output: Any, member: str, spec: MemberSpec, data: bytes) -> bool:
     )
 
 
-def _as_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-        return array_tensor(value)
-    return None
+#: the one reading of a value as a tensor (:func:`.oracles.compare.as_tensor`)
+_as_tensor = as_tensor
 
 
 _bits = tensor_bytes

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from primus_energon.conformance.data import _spec_for, read_crude
+from primus_energon.conformance.oracle import expectations
 from primus_energon.formats import sniff_kind
 from primus_energon.safepickle import safe_loads
 from primus_energon.synthetic import (
@@ -32,7 +33,7 @@ from primus_energon.synthetic import (
     TextSpec,
     derive_dataset,
 )
-from primus_energon.synthetic.schema import BytesSpec, Schema
+from primus_energon.synthetic.schema import BytesSpec, ListSpec, ObjectSpec, Schema
 from tests.helpers import read_members
 
 
@@ -133,6 +134,29 @@ def test_a_pickled_dict_of_tensors_is_described_leaf_by_leaf() -> None:
     spec = _spec_for("embeds.pickle", pickle.dumps({"t5": torch.zeros(3, 4), "clip": torch.zeros(4)}))
     assert isinstance(spec, PickleSpec)
     assert spec.leaves == {"t5": TensorSpec((3, 4), "float32"), "clip": TensorSpec((4,), "float32")}
+
+
+def test_pickled_lists_and_nested_dicts_of_tensors_are_opened() -> None:
+    """Every container is opened through the safe reader: a pickled list of tensors of one shape, a dict
+    nesting dicts and lists; a list of tensors of different shapes has no one item spec and stays bytes."""
+    listed = _spec_for("embeds.pickle", pickle.dumps([torch.zeros(1, 7, 4), torch.ones(1, 7, 4)]))
+    assert listed == PickleSpec({"value": ListSpec(TensorSpec((1, 7, 4), "float32"), 2)}, structure="value")
+    nested = _spec_for(
+        "embeds.pickle", pickle.dumps({"t5": {"hidden": torch.zeros(3)}, "views": [torch.ones(2)] * 3})
+    )
+    assert nested.leaves == {
+        "t5": ObjectSpec({"hidden": TensorSpec((3,), "float32")}),
+        "views": ListSpec(TensorSpec((2,), "float32"), 3),
+    }
+    mixed = pickle.dumps([torch.zeros(1, 7, 4), torch.zeros(3)])
+    assert _spec_for("embeds.pickle", mixed) == BytesSpec(len(mixed))
+    what = [
+        e.what
+        for e in expectations(
+            "embeds.pickle", listed, pickle.dumps([torch.zeros(1, 7, 4)] * 2), required=True
+        )
+    ]
+    assert what == ["member 'embeds.pickle' leaf '[0]'", "member 'embeds.pickle' leaf '[1]'"]
 
 
 # --- derived datasets ------------------------------------------------------------------------------------
