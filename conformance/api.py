@@ -8,6 +8,7 @@ import gc
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from .properties import PROPERTIES, Property, get_property
 from .properties.conduct import OBSERVATIONS
 from .rendering import describe_error
 from .results import PropertyResult
+from .specs import check_literal_kwargs, format_spec, parse_spec
 from .subprocesses import HASHSEEDS
 from .target import InputForm, Target, load_object, resolve_target
 from .transforms import Transform, parse_transforms
@@ -293,8 +295,46 @@ def _guessed_encoding(ctx: CheckContext) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Requested:
+    """A target as asked for, not built: what a supervised check hands its supervised process, which
+    imports and builds it there (the caller imports nothing of the target)."""
+
+    kind: str
+    spec: str
+    input_form: str = "bytes"
+    packing_buffer_size: int | None = None
+    batch_size: int | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind.replace('_', ' ')} {self.spec}"
+
+
+def _target(
+    obj: Any, *, kind: str, supervised: bool, kwargs: Mapping[str, Any] | None, **settings: Any
+) -> Target | _Requested:
+    """The target to check: built here (:func:`resolve_target`), or with ``supervised`` only named, its
+    spec read from the string (or the object's module and name) without importing or calling anything."""
+    if not supervised:
+        return resolve_target(obj, kind=kind, kwargs=kwargs, **settings)
+    if isinstance(obj, str):
+        base, spec_kwargs = parse_spec(obj)
+    else:  # the caller holds the object already: its name, nothing of it called
+        base = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        spec_kwargs = {}
+    args = check_literal_kwargs(base, {**spec_kwargs, **(kwargs or {})})
+    for setting in ("packing_buffer_size", "batch_size"):
+        value = settings.get(setting)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{setting.replace('_', ' ')} {value!r} is not a positive integer")
+    return _Requested(kind, format_spec(base, args), **settings)
+
+
 def _check(
-    target: Target, properties: Iterable[str] | None, expected_failures: dict[str, str] | None, **options: Any
+    target: Target | _Requested,
+    properties: Iterable[str] | None,
+    expected_failures: dict[str, str] | None,
+    **options: Any,
 ) -> list[PropertyResult]:
     wanted = set(properties) if properties is not None else None
     selected = [
@@ -302,7 +342,7 @@ def _check(
         for prop in PROPERTIES
         if (wanted is None and target.kind in prop.applies_to) or (wanted is not None and prop.id in wanted)
     ]
-    if options.pop("supervised", False):
+    if isinstance(target, _Requested):
         return _check_supervised(target, selected, expected_failures, **options)
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
         ctx = make_context(target, workdir=options.pop("workdir", None) or tmp, **options)
@@ -314,7 +354,7 @@ def _check(
 
 
 def _check_supervised(
-    target: Target, selected: list[Property], expected_failures: dict[str, str] | None, **options: Any
+    target: _Requested, selected: list[Property], expected_failures: dict[str, str] | None, **options: Any
 ) -> list[PropertyResult]:
     """:func:`_check` with the target in a supervised process of its own, as the pytest plugin runs it (see
     :mod:`~primus_energon.conformance.supervision`): a target that ends, crashes or hangs that process is a
@@ -398,9 +438,10 @@ def check_cooker(
     ``expected_failures`` maps property ids or claim ids to reasons (sklearn's
     ``expected_failed_checks``). Returns one result per property; ``result.claims`` has each claim's.
     """
-    target = resolve_target(
+    target = _target(
         cooker,
         kind="cooker",
+        supervised=bool(options.pop("supervised", False)),
         input_form=input_form,
         kwargs=kwargs,
         packing_buffer_size=packing_buffer_size,
@@ -422,9 +463,10 @@ def check_task_encoder(
     """Check a TaskEncoder instance, a class (built as ``Class(**kwargs)`` for every loader; no kwargs:
     ``Class()``), a factory returning one, or ``"module:attr"`` / ``"module:Class(NAME=VALUE, ...)"``
     naming one; see :func:`check_cooker` for ``kwargs`` and the options."""
-    target = resolve_target(
+    target = _target(
         task_encoder,
         kind="task_encoder",
+        supervised=bool(options.pop("supervised", False)),
         kwargs=kwargs,
         packing_buffer_size=packing_buffer_size,
         batch_size=batch_size,
@@ -443,5 +485,7 @@ def check_wrapper(
     """Check a dataloader wrapper class (built as ``Wrapper(loader, **kwargs)``, like
     ``primus_energon.MegatronDataloaderWrapper``) or ``"module:attr"`` naming one, against the wrapper
     property; see :func:`check_cooker` for ``kwargs`` and the options."""
-    target = resolve_target(wrapper, kind="wrapper", kwargs=kwargs)
+    target = _target(
+        wrapper, kind="wrapper", supervised=bool(options.pop("supervised", False)), kwargs=kwargs
+    )
     return _check(target, properties, expected_failures, **options)

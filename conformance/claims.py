@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import sysconfig
 import time
 import traceback
@@ -216,8 +217,11 @@ class ClaimRecorder:
             check.inconclusive(inconclusive.reason)
         except Exception as error:
             origin = None if isinstance(error, TargetError) else _target_origin(error)
+            died = None if isinstance(error, TargetError) else loader_worker_death(error)
             if isinstance(error, TargetError):
                 check.problem(error.message)
+            elif died:
+                check.problem(died)
             elif origin:
                 check.problem(
                     f"the target's own code raised {describe_error(error)} at {origin}, outside any call the "
@@ -271,6 +275,8 @@ class ClaimRecorder:
                 verdict, message = "fail", f"could not be checked: {error.message}"
             elif isinstance(error, PropertyFailure):
                 verdict, message = "fail", f"could not be checked: {error.message}"
+            elif loader_worker_death(error):
+                verdict, message = "fail", f"could not be checked: {loader_worker_death(error)}"
             elif isinstance(error, PropertySkipped):
                 verdict, message = "skip", str(error)
             elif isinstance(error, Inconclusive):
@@ -377,6 +383,32 @@ def _target_origin(error: BaseException) -> str | None:
     ):
         return None
     return f"{last.filename}:{last.lineno} ({last.name})"
+
+
+#: what torch says in the main process when a loader worker dies (raised from its SIGCHLD handler wherever
+#: the main process happens to be, or when a queue read finds the worker gone)
+_WORKER_DEATH = re.compile(
+    r"DataLoader worker \(pids?\(?s?\)? [^)]*\)+ (is killed by signal: [^.\n]*|exited unexpectedly)"
+)
+
+
+def loader_worker_death(error: BaseException) -> str | None:
+    """What to say when ``error`` (or an error it was raised from) is torch's report of a loader worker that
+    died (a signal: a segfault in a decoder, the kernel's OOM killer; or an exit), else None. A worker runs
+    the target's data path, so its death is the target's crash, whichever line of the main process torch's
+    handler interrupted to report it: always the same verdict."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        match = _WORKER_DEATH.search(str(current))
+        if match:
+            return (
+                f"a loader worker process {match.group(1).replace('is killed', 'was killed')}: a worker runs the target's decoder, "
+                "cooker and encode stages, and in training the same crash stops the run"
+            )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _suite_error(error: BaseException) -> str:

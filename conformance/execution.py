@@ -30,6 +30,7 @@ from primus_energon.energon_compat import (
 from primus_energon.storage import dataset_path
 
 from . import breadcrumbs
+from .oracles.plain import plain
 from .results import Inconclusive, PropertyFailure, PropertySkipped, TargetError
 from .target import Target
 
@@ -123,12 +124,20 @@ def matching_cooker(cookers: Sequence[Cooker], subflavors: dict[str, Any] | None
 
 
 def cook(
-    target: Target, crude: dict[str, Any], *, sample_index: int = 0, seed: int = 0, clean: bool = True
+    target: Target,
+    crude: dict[str, Any],
+    *,
+    sample_index: int = 0,
+    seed: int = 0,
+    clean: bool = True,
+    as_plain: bool = False,
 ) -> Any:
     """Cook one crude sample with the target's matching cooker (first match, as Energon dispatches).
 
     ``clean``: the sample is benign data, so an exception is the target's failure (:class:`TargetError`);
-    with ``clean=False`` (bad input on purpose) the exception is raised as it is."""
+    with ``clean=False`` (bad input on purpose) the exception is raised as it is. ``as_plain``: what the
+    cooker returned as plain data, read inside the call (:func:`~.oracles.plain.plain`: to be judged,
+    never to be handed on to the target)."""
     cookers = target.cookers
     index = matching_cooker(cookers, crude.get("__subflavors__"))
     if index is None:
@@ -136,12 +145,14 @@ def cook(
     cooker = cookers[index]
     if not clean:
         with worker_context(seed, sample_index):
-            return cooker.cook(crude)
+            cooked = cooker.cook(crude)
+            return plain(cooked) if as_plain else cooked
     with (
         target_call(f"cooking the clean sample {crude.get('__key__')!r}"),
         worker_context(seed, sample_index),
     ):
-        return cooker.cook(crude)
+        cooked = cooker.cook(crude)
+        return plain(cooked) if as_plain else cooked
 
 
 def encode(task_encoder: TaskEncoder, cooked: Any, *, seed: int = 0, sample_index: int = 0) -> list[Any]:

@@ -20,13 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import rngs
 from .context import CheckContext
 from .execution import TargetError, matching_cooker, target_call, worker_context
 from .fingerprint import fingerprint
 from .oracles.fields import leaves, top_field
+from .oracles.plain import plain
 from .variants import member_variants
 
 __all__ = ["Run", "Flow", "first_stage", "run_first_stage"]
+
+#: the planted global-generator states (:mod:`~primus_energon.conformance.rngs`) of a sample's runs, plus
+#: its index: one for the run as stored and its variants, another for the run again
+_PLANT_BASE, _PLANT_AGAIN = 10_000, 20_000
 
 
 @dataclass
@@ -43,13 +49,6 @@ class Run:
     stage: str = ""
 
 
-def _snapshot(value: Any) -> Any:
-    try:
-        return copy.deepcopy(value)
-    except Exception:  # an object that cannot be copied: judged as it is
-        return value
-
-
 def _prints(value: Any) -> dict[str, Any]:
     return {path: fingerprint(leaf) for path, leaf in leaves(value)}
 
@@ -60,7 +59,8 @@ def first_stage(
     """``(cooked, output, stage)``: one crude sample cooked by the matching cooker of ``task_encoder`` and
     run through its first encode stage (``stage``: its name; ``output`` is ``cooked`` and ``stage`` "" where
     there is none, or where it yields several samples for one), in a worker context as Energon does; the
-    objects as the target returned them. An exception is the target's (:class:`TargetError`)."""
+    outputs as plain data (:func:`~primus_energon.conformance.oracles.plain.plain`), read inside the timed
+    call and copied there (a buffer the next call reuses cannot change them). An exception is the target's (:class:`TargetError`)."""
     cookers = task_encoder.cookers
     cooker = cookers[matching_cooker(cookers, crude.get("__subflavors__")) or 0]
     overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
@@ -71,28 +71,23 @@ def first_stage(
     what = what or f"cooking and encoding the clean sample {crude.get('__key__')!r}"
     with target_call(what), worker_context(seed, sample_index):
         cooked = cooker.cook(crude)
+        # Plain data, read inside the timed call: the judge never runs the target's methods (oracles.plain)
+        cooked_plain = plain(cooked)
         if not stage_name:
-            return cooked, cooked, ""
-        cooked_copy = _snapshot(cooked)
+            return cooked_plain, cooked_plain, ""
         result = getattr(task_encoder, stage_name)(cooked)
-        produced = list(result) if hasattr(result, "__next__") else [result]
+        produced = [plain(item) for item in (list(result) if hasattr(result, "__next__") else [result])]
     if len(produced) != 1:
-        return cooked_copy, cooked_copy, ""
-    return cooked_copy, produced[0], stage_name
+        return cooked_plain, cooked_plain, ""
+    return cooked_plain, produced[0], stage_name
 
 
 def run_first_stage(
     task_encoder: Any, crude: dict, *, sample_index: int, seed: int, what: str | None = None
 ) -> Run:
-    """:func:`first_stage`, its output fingerprinted the moment it returned and copied (a buffer the next
-    call reuses cannot change what was seen)."""
+    """:func:`first_stage`, its output fingerprinted."""
     cooked, output, stage = first_stage(task_encoder, crude, sample_index=sample_index, seed=seed, what=what)
-    prints = _prints(output)
-    if output is cooked:
-        output = cooked = _snapshot(output)
-    else:
-        output = _snapshot(output)
-    return Run(cooked, output, prints, stage)
+    return Run(cooked, output, _prints(output), stage)
 
 
 @dataclass
@@ -117,12 +112,20 @@ class Flow:
         self.task_encoder = ctx.held_task_encoder()
         self._samples: dict[int, _SampleFlow] = {}
 
-    def _run(self, index: int, sample: dict, what: str | None = None, *, decoded: bool = False) -> Run:
+    def _run(
+        self, index: int, sample: dict, what: str | None = None, *, decoded: bool = False, again: bool = False
+    ) -> Run:
+        """Sample ``index`` through the per-sample pipeline with the global generators planted: the run as
+        stored and every variant in one state (a draw from them is the same, so what changes is the member's
+        doing), the run again in another (so such a draw shows as unstable, in every run of the suite)."""
         if not decoded:
             from .properties._common import decode_like_target
 
             sample = decode_like_target(self.ctx, sample)
-        return run_first_stage(self.task_encoder, sample, sample_index=index, seed=self.ctx.seed, what=what)
+        with rngs.planted(_PLANT_AGAIN + index if again else _PLANT_BASE + index):
+            return run_first_stage(
+                self.task_encoder, sample, sample_index=index, seed=self.ctx.seed, what=what
+            )
 
     def decoded(self, index: int) -> dict | None:
         """Sample ``index`` as the target's decoder gave it (None: the decoder refused it)."""
@@ -146,7 +149,7 @@ class Flow:
             self.base(index)
             flow = self._samples[index]
         if flow.unstable is None:
-            again = self._run(index, self.decoded(index) or {}, decoded=True)
+            again = self._run(index, self.decoded(index) or {}, decoded=True, again=True)
             first = flow.base.prints
             flow.unstable = {
                 p for p in first.keys() | again.prints.keys() if first.get(p) != again.prints.get(p)

@@ -10,11 +10,11 @@ target's own module) and then forks one child per request, which runs the runner
 Python's ``multiprocessing`` forkserver is the same design; it is not used because a process gets one of
 it, whose hash seed cannot be chosen, and its children run a pickled function in the server's environment.
 
-A forked child is fresh wherever a target can tell:
+A forked child is fresh wherever a target can tell, except where it is its server's copy (below):
 
 * its hash seed is its server's, and there is one server per ``PYTHONHASHSEED`` asked for, so runs meant
-  to differ in it (determinism's two runs, restart's saving and restoring processes, the ranks of one job)
-  still do, in their memory layout too;
+  to differ in it (determinism's two runs, restart's saving and restoring processes, every rank of one job)
+  run on servers of their own;
 * the target's module is imported in the child, never in the server;
 * Python's ``random`` is reseeded at the fork (its own at-fork hook) and numpy's global generator from the
   OS, as a new interpreter seeds them; torch's is reseeded where a new interpreter's is random (torch 2.13)
@@ -26,7 +26,15 @@ A forked child is fresh wherever a target can tell:
   with its server; a server ends its children and itself when the process that started it closes it or
   goes away.
 
-What it shares: the modules imported before the fork, in their state just after import. Ranks get what
+What it shares with its server, and so with every other child of that server: the modules imported before
+the fork, in their state just after import, and the memory layout (``id(object())``, ``hash(object())``,
+where a new tensor lands are alike in two children of one server, where two new interpreters differ). So
+no claim compares two children of one server: runs compared have different hash seeds, hence servers.
+The runner then puts the global generators in the planted state its request names
+(``PRIMUS_CONFORMANCE_RNG_PLANT``), different for every run compared. A server has more than one thread
+(numpy's OpenBLAS starts its pool at import): it forks from its main thread, which lives as long as it does
+(the death signal of a child follows the thread that forked it), and the child holds only that thread.
+Ranks get what
 ``torch.distributed.run --standalone`` gives its ranks, the store included: the parent hosts it, as the
 agent does. Where forking is not available (not Linux), :func:`supported` is False, and where a server
 cannot take a request (:class:`ForkUnavailable`) callers start interpreters as before.
@@ -499,8 +507,8 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, server:
 
 
 def _die_with(server: int) -> None:
-    """SIGKILL this process when its server ends (``PR_SET_PDEATHSIG``; the server forks from its only
-    thread), and end now if it already has (reparented, to init or to a subreaper)."""
+    """SIGKILL this process when its server ends (``PR_SET_PDEATHSIG``, which follows the thread that forked:
+    the server's main thread, alive as long as the server), and end now if it already has (reparented, to init or to a subreaper)."""
     import ctypes
 
     with contextlib.suppress(Exception):

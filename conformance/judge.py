@@ -33,6 +33,7 @@ from .oracles.compare import as_tensor
 from .oracles.fields import MISSING, fields
 from .oracles.forms import Form
 from .oracles.members import member_form
+from .oracles.plain import type_name
 from .oracles.tokens import is_mask, mask_fields, mask_problem, pad_value, position_markers
 from .transforms import Transform, declaration_hint, field_transform, recognise
 
@@ -624,7 +625,7 @@ def _kind_of(value: Any) -> str:
     tensor = as_tensor(value)
     if tensor is not None:
         return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {list(tensor.shape)}"
-    return f"a {type(value).__name__}"
+    return f"a {type_name(value)}"
 
 
 def _damage_words(form: Form) -> str:

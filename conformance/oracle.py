@@ -50,6 +50,7 @@ from primus_energon.tensorfile import read_tensor
 from .fingerprint import array_tensor, fingerprint, tensor_bytes
 from .oracles.compare import as_tensor, identical
 from .oracles.fields import MISSING, fields
+from .oracles.plain import type_name
 
 __all__ = [
     "Expectation",
@@ -322,7 +323,7 @@ def difference(expected: Expectation, observed: Any) -> str | None:
     if isinstance(expected.spec, ImageSpec):
         array = _image_array(observed)
         if array is None:
-            return f"expected an image (PIL, array or tensor), observed a {type(observed).__name__}"
+            return f"expected an image (PIL, array or tensor), observed a {type_name(observed)}"
         if array.shape != want.shape:
             return f"image shape {list(array.shape)}, expected {list(want.shape)} (HWC RGB)"
         if not np.array_equal(array, want):
@@ -332,7 +333,7 @@ def difference(expected: Expectation, observed: Any) -> str | None:
     if want_tensor is not None:
         got = _as_tensor(observed)
         if got is None:
-            return f"expected a tensor, observed a {type(observed).__name__}"
+            return f"expected a tensor, observed a {type_name(observed)}"
         if got.dtype != want_tensor.dtype and _reinterpreted(expected, want, got):
             return None
         if got.dtype != want_tensor.dtype:
@@ -345,7 +346,7 @@ def difference(expected: Expectation, observed: Any) -> str | None:
         return None
     if isinstance(want, str):
         if not isinstance(observed, str):
-            return f"expected str, observed a {type(observed).__name__}"
+            return f"expected str, observed a {type_name(observed)}"
         if observed != want:
             at = next(
                 (i for i, (a, b) in enumerate(zip(observed, want, strict=False)) if a != b),
@@ -359,7 +360,7 @@ def difference(expected: Expectation, observed: Any) -> str | None:
     if type(observed) is not type(want) and not (
         isinstance(want, (int, float)) and isinstance(observed, (int, float))
     ):
-        return f"observed a {type(observed).__name__}, expected a {type(want).__name__}"
+        return f"observed a {type_name(observed)}, expected a {type_name(want)}"
     return None if observed == want else f"observed {observed!r:.120}, expected {want!r:.120}"
 
 

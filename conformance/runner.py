@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.add_argument("--dataset", action="append", required=True, help="prepared dataset (repeatable)")
         module.add_child_arguments(p)
     options = parser.parse_args(argv)
+    _plant_generators()
     target = resolve_target(options.spec, kind=options.kind, input_form=options.input_form)
     gc.freeze()  # as in make_context: Energon's gc.collect() before each fork then skips the imports
     modules[options.command].run_child(target, options)
@@ -64,6 +65,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(0)
+
+
+def _plant_generators() -> None:
+    """Put the global generators in the planted state the parent asked for (``RNG_PLANT_VARIABLE``, plus this
+    process's torch.distributed rank): a known state per run, so that what a target draws from them without
+    a seed differs between the runs a check compares, every time (as it would in training, where nothing
+    makes two processes agree); without the variable (a run by hand), they stay as the interpreter seeded them."""
+    from .rngs import plant
+    from .subprocesses import RNG_PLANT_VARIABLE
+
+    index = os.environ.get(RNG_PLANT_VARIABLE, "")
+    if index.isdigit():
+        plant(int(index) + int(os.environ.get("RANK", "0") or 0))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ __all__ = [
     "start",
     "start_runner",
     "rank_hashseeds",
+    "RNG_PLANT_VARIABLE",
     "finish",
     "stop",
     "tagged_processes",
@@ -67,6 +68,11 @@ RUNNER = __package__ + ".runner"
 #: runs, restart's saving and restoring processes, the ranks of one job: :func:`rank_hashseeds`), every other
 #: run the first.
 HASHSEEDS = (1, 2)
+#: The variable that tells a runner child which planted state (:func:`~primus_energon.conformance.rngs.plant`)
+#: to put Python's, numpy's and torch's global generators in before it builds the target (rank r of a job adds
+#: r): a known state, different for every run a check compares (it follows the run's hash seed), so a draw
+#: from a generator nobody seeded differs between them in every run of the suite, not by chance.
+RNG_PLANT_VARIABLE = "PRIMUS_CONFORMANCE_RNG_PLANT"
 
 
 def child_target_args(target: Target) -> list[str]:
@@ -367,6 +373,8 @@ def start_runner(
     ``PYTHONHASHSEED=hashseed`` (unset for None). ``extra_env``: more variables (``OMP_NUM_THREADS``)."""
     command = torchrun_command(world, subcommand, args) if world > 1 else runner_command(subcommand, args)
     seeds = rank_hashseeds(hashseed, world)
+    extra_env = {RNG_PLANT_VARIABLE: str(seeds[0]), **extra_env}
+    show_env = [*show_env, RNG_PLANT_VARIABLE]
     chosen = [servers.server(seed) if servers is not None else None for seed in dict.fromkeys(seeds)]
     if all(server is not None and server.ready() for server in chosen):
         try:
@@ -377,10 +385,12 @@ def start_runner(
 
 
 def rank_hashseeds(hashseed: int | None, world: int) -> list[int]:
-    """The hash seed of each of ``world`` forked ranks: ``hashseed`` (None: the first of :data:`HASHSEEDS`)
-    for rank 0, the next ones for the next ranks, round the list."""
-    first = HASHSEEDS.index(hashseed) if hashseed in HASHSEEDS else 0
-    return [HASHSEEDS[(first + rank) % len(HASHSEEDS)] for rank in range(world)]
+    """The hash seed of each of ``world`` forked ranks, all different (each rank has a server of its own):
+    ``hashseed`` (None: the first of :data:`HASHSEEDS`) for rank 0, the next ones for the next ranks, round
+    :data:`HASHSEEDS` extended by 3, 4, ... to ``world`` seeds where it holds fewer."""
+    seeds = list(HASHSEEDS) + list(range(max(HASHSEEDS) + 1, max(HASHSEEDS) + 1 + world - len(HASHSEEDS)))
+    first = seeds.index(hashseed) if hashseed in seeds else 0
+    return [seeds[(first + rank) % len(seeds)] for rank in range(world)]
 
 
 def _fork_runner(

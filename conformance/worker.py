@@ -46,6 +46,7 @@ class _Worker:
         self.target: Any = None
         self.ctx: Any = None
         self.options: dict[str, Any] = {}
+        self.seal: Any = None
 
     def resolve(self, request: dict[str, Any]) -> dict[str, Any]:
         # First what this environment lacks (the pytest process leaves the check to this one, which imports
@@ -59,8 +60,13 @@ class _Worker:
         from .context import CheckContext
         from .data import Workspace
         from .profiles import PROFILES
+        from .properties import PROPERTIES
+        from .seal import take
         from .target import resolve_target
 
+        for prop in PROPERTIES:  # every property module imported, so that the seal covers it
+            prop.claims  # noqa: B018 -- imports the module
+        self.seal = take()
         try:
             self.target = resolve_target(request["spec"], kind=request["kind"], **request.get("options", {}))
             parse_resume_hooks(request.get("resume_hooks"))
@@ -114,6 +120,9 @@ class _Worker:
         with breadcrumbs.mark(property=prop.id, claim=None, call=None):
             result = run_property(prop, self.ctx, expected_failures=request.get("expected") or {})
         left = dataclasses.asdict(seen[-1][1]) if len(seen) > before else None
+        broken = self.seal.broken() if self.seal is not None else []
+        if broken:
+            result = _untrusted(result, broken)
         return {"result": result.to_dict(), "leftovers": left}
 
     def release(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -126,6 +135,19 @@ class _Worker:
     def close(self) -> dict[str, Any]:
         self.release()
         return {"closed": True}
+
+
+def _untrusted(result: Any, broken: list[str]) -> Any:
+    """``result`` with every claim failed: the target changed the suite's code in this process
+    (:mod:`~primus_energon.conformance.seal`), so no verdict judged here can be trusted."""
+    shown = ", ".join(broken[:4]) + (f" and {len(broken) - 4} more" if len(broken) > 4 else "")
+    message = (
+        f"the target changed the conformance suite's own code in the process that runs it ({shown} replaced): "
+        "no verdict judged in that process can be trusted, so every claim fails"
+    )
+    fix = "do not patch primus_energon.conformance from the data path (at import or in any call)"
+    claims = [dataclasses.replace(claim, verdict="fail", message=message, fix=fix) for claim in result.claims]
+    return dataclasses.replace(result, verdict="fail", message=message, claims=claims)
 
 
 def _send(fd: int, reply: dict[str, Any]) -> None:

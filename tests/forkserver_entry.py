@@ -20,6 +20,8 @@ def main(argv: list[str]) -> None:
         state = {
             "pid": os.getpid(),
             "hash": hash("primus-energon"),
+            # the memory layout: where a new object lands, and the hash a plain object gets from it
+            "layout": [id(object()), hash(object()), id(torch.empty(0))],
             "random": random.random(),
             "numpy": float(numpy.random.rand()),
             "torch": float(torch.rand(1)),

@@ -86,6 +86,18 @@ def test_a_forked_child_is_fresh_where_a_target_can_tell(servers: ForkServers, t
     a, b, c = states["a"], states["b"], states["c"]
     # the hash seed is the server's: the same in a and b (one server), another in c
     assert a["hash"] == b["hash"] != c["hash"]
+    # the memory layout is inherited from the server (children of one server tend to place a new object
+    # alike, which is why no claim compares two children of one server); children of two servers differ in
+    # it as two new interpreters do
+    layouts = [
+        subprocess.run(
+            [sys.executable, "-c", "import torch; print([id(object()), hash(object()), id(torch.empty(0))])"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert (a["layout"] != c["layout"]) is (layouts[0] != layouts[1])
     # every global generator is seeded as a new interpreter seeds it: random and numpy from the OS, torch's
     # from the OS where a new interpreter's is (torch 2.13), else from torch's fixed default
     for generator in ("random", "numpy"):
@@ -228,6 +240,9 @@ def test_ranks_run_under_hash_seeds_of_their_own() -> None:
     assert rank_hashseeds(None, 1) == [HASHSEEDS[0]] and rank_hashseeds(HASHSEEDS[1], 1) == [HASHSEEDS[1]]
     assert rank_hashseeds(None, 2) == [HASHSEEDS[0], HASHSEEDS[1]]
     assert rank_hashseeds(HASHSEEDS[1], 2) == [HASHSEEDS[1], HASHSEEDS[0]]
+    for world in (3, 4, 8):  # each rank a server of its own, however many there are
+        for first in (None, HASHSEEDS[1]):
+            assert len(set(rank_hashseeds(first, world))) == world
 
 
 def test_a_request_a_server_cannot_take_starts_an_interpreter(servers: ForkServers) -> None:

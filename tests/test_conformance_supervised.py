@@ -247,6 +247,76 @@ def test_the_python_api_supervised_reports_a_crash_and_the_caller_lives_on(tmp_p
     assert [r.verdict for r in correct] == ["pass", "pass", "pass"], [r.message for r in correct]
 
 
+def test_the_python_api_supervised_imports_nothing_of_the_target_in_the_caller(tmp_path: Path) -> None:
+    """With supervised=True the caller neither imports the target's module nor builds the target, for a
+    spec string with arguments, a cooker and a wrapper; the verdicts come from the supervised process."""
+    script = f"""
+import sys
+from primus_energon.conformance import check_cooker, check_task_encoder, check_wrapper
+te = check_task_encoder("{ZOO}:ExitsInBatch", properties=["keys"], profile="quick", supervised=True)
+co = check_cooker("{ZOO}:SLOW_BUT_STEADY", properties=["keys"], profile="quick", supervised=True)
+wr = check_wrapper("{ZOO}:DeadlocksOnFifthNext", properties=["keys"], profile="quick", supervised=True)
+print("VERDICTS", [r.verdict for r in te + co + wr])
+print("IMPORTED", sorted(m for m in sys.modules if m.startswith("tests")))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "UNRULY_RUN": uuid.uuid4().hex}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "IMPORTED []" in run.stdout, run.stdout
+    # ExitsInBatch ends its process in its 4th batch (a crash verdict); keys does not apply to a wrapper
+    assert "VERDICTS ['fail', 'pass', 'skip']" in run.stdout, run.stdout
+
+
+ADVERSARIAL = "tests.conformance_zoo.adversarial"
+
+
+@pytest.mark.parametrize("cook", ["cook_lying_caption", "cook_slow_comparison"])
+def test_a_caption_that_lies_or_stalls_in_its_comparison_fails_fidelity_in_bounded_time(
+    tmp_path: Path, cook: str
+) -> None:
+    """The judge compares plain data read inside the timed call: a ``str`` subclass whose ``==`` always
+    says "equal" cannot pass its damaged caption, one whose ``==`` sleeps a minute is never called."""
+    run, seconds, left = _run(
+        tmp_path,
+        "--cooker",
+        f"{ADVERSARIAL}:{cook}",
+        "--conformance-property",
+        "accepted",
+        "--conformance-property",
+        "fidelity",
+        "--conformance-call-timeout",
+        "2",
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "[data] fidelity/text:" in run.stdout and "text differs at character" in run.stdout, run.stdout[
+        -4000:
+    ]
+    assert seconds < 120, seconds
+    _no_suite_defect(run)
+    assert not left, left
+
+
+@pytest.mark.parametrize(
+    "spec", [f"{ADVERSARIAL}:cook_forges_in_a_call", "tests.conformance_zoo.forging:cook_forged"]
+)
+def test_a_target_that_patches_the_suite_fails_every_claim_judged_after(tmp_path: Path, spec: str) -> None:
+    """A target that makes ``ClaimCheck.problem`` a no-op (when imported, or in its first call) would pass
+    its damaged captions: the seal finds the patch and every claim of that process fails, saying why."""
+    run, _, left = _run(
+        tmp_path, "--cooker", spec, "--conformance-property", "accepted", "--conformance-property", "fidelity"
+    )
+    assert run.returncode == 1, run.stdout[-4000:]
+    said = "changed the conformance suite's own code in the process that runs it"
+    assert run.stdout.count(said) >= 2, run.stdout[-4000:]
+    assert "primus_energon.conformance.claims.ClaimCheck.problem" in run.stdout
+    assert " passed" not in run.stdout.splitlines()[-1], run.stdout[-400:]
+    _no_suite_defect(run)
+    assert not left, left
+
+
 def test_a_slow_target_whose_every_call_returns_is_no_hang(tmp_path: Path) -> None:
     """The budget is per call (each batch of a loader), not per stretch of calls: a target at 0.4 s a sample
     passes under a 3 s budget although the checks' loops over many batches take longer than that."""

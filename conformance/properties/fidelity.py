@@ -463,7 +463,9 @@ def _edge_cases(ctx: CheckContext, members: dict, template: dict) -> int:
         # A key of its own for each drawn payload, as in a real shard (caching by key is purity/shared_key).
         sample = {**template, "__key__": f"{template['__key__']}_edge{index}"}
         sample.update({m: text.encode("utf-8") for m in text_members})
-        output = cook(ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed)
+        output = cook(
+            ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed, as_plain=True
+        )
         for member in text_members:
             problem = _mismatch(members[member], member, sample[member], output, ctx.transforms)
             if problem:
@@ -509,7 +511,9 @@ def _hypothesis_payloads(
         digest = hashlib.sha256(b"".join(v for v in sample.values() if isinstance(v, bytes))).hexdigest()
         sample["__key__"] = f"{template['__key__']}_drawn{digest[:12]}"
         index = int(digest[12:18], 16)
-        output = cook(ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed)
+        output = cook(
+            ctx.target, decode_like_target(ctx, sample), sample_index=index, seed=ctx.seed, as_plain=True
+        )
         for member, spec in members.items():
             if member in sample and isinstance(spec, (TensorSpec, TextSpec)):
                 if claim_of(spec) in said or (isinstance(spec, TensorSpec) and "dtypes" in said):

@@ -34,7 +34,10 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     count = 0
     for encoding in ctx.encodings():
         crude = ctx.crude(ctx.main_dataset(encoding), limit=SAMPLES)
-        outputs = [cook(ctx.target, sample, sample_index=i, seed=ctx.seed) for i, sample in enumerate(crude)]
+        outputs = [
+            cook(ctx.target, sample, sample_index=i, seed=ctx.seed, as_plain=True)
+            for i, sample in enumerate(crude)
+        ]
         with claims.claim("key") as claim:
             for sample, output in zip(crude, outputs, strict=True):
                 claim.examined()

@@ -28,7 +28,7 @@ from torch.utils.data._utils.collate import default_convert
 from primus_energon import MegatronDataloaderWrapper, ResumeUncheckedWarning
 from primus_energon.resume import unpack_state
 
-from .. import breadcrumbs
+from .. import breadcrumbs, rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import build_loader, closing, target_call
@@ -109,6 +109,11 @@ class _Reference:
     restore_keys: list[Any]
 
 
+#: planted global-generator states (:mod:`~primus_energon.conformance.rngs`) of the uninterrupted run and of
+#: the restored ones, plus the worker count
+_PLANT_REFERENCE, _PLANT_RESTORED = 30_000, 31_000
+
+
 def _restore_key(batch: Any) -> Any:
     """The batch's ``__restore_key__`` (attribute or dict entry), or None when it cannot carry one."""
     if isinstance(batch, (list, tuple)):
@@ -134,7 +139,9 @@ def _reference(ctx: CheckContext, path: Path, num_workers: int, steps: set[int],
     keys: list[list[str] | None] = []
     restore_keys: list[Any] = []
     loader = build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed)
-    with closing(loader):
+    # The global generators in a state of the suite's own here and another in each restore (_continue): a
+    # draw from them nobody seeded differs between the runs compared, in every run of the suite.
+    with closing(loader), rngs.planted(_PLANT_REFERENCE + num_workers):
         if 0 in steps:
             states[0] = copy.deepcopy(loader.save_state_rank())
         iterator = iter(loader)
@@ -155,7 +162,7 @@ def _continue(
     """The next CONTINUATION batches of a fresh loader restored along ``route``, and (for the wrapper
     route) the state it saved right after the restore."""
     loader = build_loader(ctx.target, path, batch_size=BATCH_SIZE, num_workers=num_workers, seed=ctx.seed)
-    with closing(loader):
+    with closing(loader), rngs.planted(_PLANT_RESTORED + num_workers):
         if route == "wrapper":
             wrapper = MegatronDataloaderWrapper(loader)
             try:

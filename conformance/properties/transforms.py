@@ -24,10 +24,11 @@ import torch
 from .. import rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
-from ..execution import TargetError, cook, encode
+from ..execution import TargetError, cook, encode, target_call
 from ..fingerprint import fingerprint
 from ..oracle import MISSING, Expectation, expectations, is_required
 from ..oracles.members import declared_outcome, member_form
+from ..oracles.plain import plain
 from ..payloads import KEY, identity, payloads
 from ..pipeline import delivered_batches, row_value
 from ..transforms import (
@@ -108,15 +109,18 @@ class _Draw:
 def _first_stage(ctx: CheckContext, sample: dict, index: int) -> Any:
     """A sample as the stages Energon runs per sample leave it: the cook, then (for a TaskEncoder) its
     ``preencode_sample``/``encode_sample`` and ``postencode_sample``, at sample index ``index``."""
+    what = f"cooking and encoding the clean sample {sample.get('__key__')!r}"
     cooked = cook(ctx.target, dict(sample), sample_index=index, seed=ctx.seed)
     if ctx.target.kind != "task_encoder":
-        return cooked
+        with target_call(what):  # plain data, read in a timed call: the judge runs nothing of the target's
+            return plain(cooked)
     task_encoder = ctx.cached("transforms-task-encoder", ctx.target.make_task_encoder)
     try:
         produced = encode(task_encoder, cooked, seed=ctx.seed, sample_index=index)
     except Exception as error:
         raise TargetError(f"encoding the clean sample {sample.get('__key__')!r}", error) from error
-    return produced[0] if len(produced) == 1 else MISSING
+    with target_call(what):
+        return plain(produced[0]) if len(produced) == 1 else MISSING
 
 
 def _clean_values(

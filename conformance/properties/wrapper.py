@@ -23,6 +23,7 @@ from typing import Any
 
 from primus_energon.synthetic import builtin_schema
 
+from .. import rngs
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..data import SMALL_SHAPES
@@ -254,9 +255,15 @@ def _spin_verdict(claims: ClaimRecorder, case: str, child: Any) -> dict[str, Any
         return {"case": case, "outcome": last}
 
 
+#: the planted global-generator states (:mod:`~primus_energon.conformance.rngs`) of the resume claims' runs
+_PLANT = 40_000
+
+
 def _resume(ctx: CheckContext, claims: ClaimRecorder, num_workers: int) -> dict[str, Any]:
     label = f"{num_workers} workers"
-    with _wrapped(ctx, _loader(ctx, num_workers)) as wrapper:
+    # Each run in a planted global-generator state of its own: a draw from them that nobody seeded (a
+    # wrapper shuffling with ``random``) differs between the saved run and its restores in every run.
+    with rngs.planted(_PLANT + num_workers), _wrapped(ctx, _loader(ctx, num_workers)) as wrapper:
         _keys(wrapper, SAVE_AT, f"{label}, before the save")
         with target_call(f"save_state() after {SAVE_AT} batches ({label})"):
             state = _method(wrapper, "save_state")()
@@ -264,7 +271,10 @@ def _resume(ctx: CheckContext, claims: ClaimRecorder, num_workers: int) -> dict[
     results: dict[str, Any] = {}
     for attempt, name in ((1, "resume"), (2, "restore_twice")):
         with claims.claim(name) as claim:
-            with _wrapped(ctx, _loader(ctx, num_workers)) as wrapper:
+            with (
+                rngs.planted(_PLANT + 10 * attempt + num_workers),
+                _wrapped(ctx, _loader(ctx, num_workers)) as wrapper,
+            ):
                 with target_call(f"restore_state() on a fresh wrapper ({label}, restore {attempt})"):
                     _method(wrapper, "restore_state")(state)
                 got = _keys(wrapper, CONTINUATION, f"{label}, restore {attempt}")

@@ -47,6 +47,19 @@ def _cook_segfaults(sample: dict) -> Any:
 SEGFAULTS = Cooker(_cook_segfaults, has_subflavors=_PREENCODED)
 
 
+class SegfaultsInWorkers(EncodedDiffusionTaskEncoder):
+    """``encode_sample`` crashes with SIGSEGV on the 3rd sample of a loader worker process (a native decoder
+    that only misbehaves under fork), never in the main process: torch reports the worker's death in the main
+    process from its SIGCHLD handler, wherever that process happens to be."""
+
+    def encode_sample(self, sample: Any) -> Any:
+        import torch.utils.data
+
+        if torch.utils.data.get_worker_info() is not None and _nth("worker segfault") == 3:
+            ctypes.string_at(0)
+        return super().encode_sample(sample)
+
+
 class DeadlocksOnFifthNext(MegatronDataloaderWrapper):
     """Its 5th ``next()`` takes a non-reentrant lock it already holds: it never returns."""
 
