@@ -87,6 +87,18 @@ class ShufflesPacksTaskEncoder(FirstFitPackingTaskEncoder):
         return bins
 
 
+class GlobalShufflePacksTaskEncoder(FirstFitPackingTaskEncoder):
+    """Shuffles the packs with the global ``random`` that nobody seeded (as Megatron-Bridge's WAN TaskEncoder
+    did before its upstream fix): a run and its restore differ in whatever state the generator is in."""
+
+    def select_samples_to_pack(self, samples: list[DiffusionSample]) -> list[list[DiffusionSample]]:
+        import random
+
+        bins = super().select_samples_to_pack(samples)
+        random.shuffle(bins)
+        return bins
+
+
 class CountsBuffersTaskEncoder(FirstFitPackingTaskEncoder):
     """Reverses the packs of every other buffer, counted on the instance: a restored loader counts from 0
     again, so it continues with other packs than the saved run."""
