@@ -54,6 +54,7 @@ def make_context(
     watch: str | Path | None = ".",
     watch_exclude: Sequence[str | Path] = (),
     transforms: Sequence[str | Transform] | str | None = None,
+    keep_data: bool = False,
 ) -> CheckContext:
     # Energon runs gc.collect() before forking each loader's workers; in a process holding torch, pytest and
     # hypothesis that walks millions of objects (0.1-0.3 s a loader, dozens of loaders a target). Frozen,
@@ -61,7 +62,9 @@ def make_context(
     # here on is collected as usual.
     _check_environment()
     gc.freeze()
-    workspace = Workspace(Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset)
+    workspace = Workspace(
+        Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset, keep=keep_data
+    )
     timeouts = {}
     if timeout_s is not None:
         timeouts["timeout_s"] = float(timeout_s)
@@ -132,7 +135,7 @@ def prestart(ctx: CheckContext, properties: Iterable[Property]) -> None:
     # their fresh processes fork from these: importing torch now overlaps making their data
     ctx.fork_servers.warm(HASHSEEDS[: max((p.hash_seeds for p in properties), default=0)])
     for prop in properties:
-        with contextlib.suppress(Exception):  # kept by ctx.started; the property reports it
+        with contextlib.suppress(Exception), ctx.workspace.owned_by(prop.id):  # kept by ctx.started
             ctx.started(prop.id, lambda start=prop.prestart: start(ctx))  # type: ignore[misc]
 
 
@@ -146,14 +149,16 @@ def run_property(
     watch = prop.id != "conduct" and ctx.target.kind in prop.applies_to
     before = conduct.snapshot(ctx.watched_folder, ctx.cached("conduct-known", set)) if watch else None
     try:
-        if prop.id == "accepted":
-            # Every property consults the accepted verdict (see _blocker): run it once per context.
-            result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
-        else:
-            applies = ctx.target.kind in prop.applies_to
-            result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
+        with ctx.workspace.owned_by(prop.id):
+            if prop.id == "accepted":
+                # Every property consults the accepted verdict (see _blocker): run it once per context.
+                result = copy.deepcopy(ctx.cached("accepted-result", lambda: _run(prop, ctx, None)))
+            else:
+                applies = ctx.target.kind in prop.applies_to
+                result = _run(prop, ctx, _blocker(ctx) if prop.needs_loader and applies else None)
     finally:
         ctx.release(prop.id)  # its children, if it started any, are done with (or it was blocked)
+        ctx.finished(prop.id)  # and the datasets only it (and properties done before) used
         if before is not None:
             left = conduct.observe(before, exclude=(ctx.workspace.root, *ctx.watch_exclude))
             ctx.cached(OBSERVATIONS, list).append((prop.id, left))

@@ -24,6 +24,10 @@ __all__ = ["CheckContext"]
 T = TypeVar("T")
 
 
+#: samples of a derived dataset read to find one the target should cook (:meth:`CheckContext.generated`)
+_DERIVED_PROBE_SAMPLES = 16
+
+
 @dataclass
 class CheckContext:
     target: Target
@@ -171,7 +175,13 @@ class CheckContext:
             str(e).split(": ", 1)[0].split(".", 1)[0]
             for e in manifest.options.get("derived", {}).get("edits", [])
         }
-        clean = [s for s in self.crude(path) if s.get("__key__") not in damaged]
+        # the first samples only, read for this question and not kept (a derived dataset of large samples
+        # would otherwise be held in memory for one cook)
+        clean = [
+            s
+            for s in self.crude(path, limit=_DERIVED_PROBE_SAMPLES, keep=False)
+            if s.get("__key__") not in damaged
+        ]
         derived = next((s for s in clean if s.get("__key__") in edited), None) or next(iter(clean), None)
         if derived is None:
             return ""
@@ -206,6 +216,17 @@ class CheckContext:
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
+
+    def finished(self, property_id: str) -> None:
+        """Property ``property_id`` is done: the datasets only finished properties used are removed
+        (:meth:`Workspace.finished`), and what this context kept of them (their samples read, whether the
+        target cooks them) with them."""
+        removed = {str(path) for path in self.workspace.finished(property_id)}
+        if not removed:
+            return
+        for key in list(self._cache):
+            if isinstance(key, tuple) and any(str(part) in removed for part in key):
+                del self._cache[key]
 
     def held_task_encoder(self) -> Any:
         """The one TaskEncoder instance the in-process checks run every sample through, as a loader worker
@@ -249,11 +270,15 @@ class CheckContext:
             self._fork_servers.close()
             self._fork_servers = None
 
-    def crude(self, path: Path, *, limit: int | None = None) -> list[dict]:
+    def crude(self, path: Path, *, limit: int | None = None, keep: bool = True) -> list[dict]:
         """The crude samples of ``path`` as the target's cookers receive them: decoded by the target's own
         decoder (a TaskEncoder's ``decoder``; for a cooker, none or the safe one of ``--input-form
-        decoded``), so verdicts describe the pipeline as it runs. Fresh copies on every call."""
+        decoded``), so verdicts describe the pipeline as it runs. Fresh copies on every call; with
+        ``keep=False`` only the first ``limit`` are read, and nothing is kept for the next call."""
         decoder = self.target.decoder()
+        if not keep:
+            errors: list[str] = []
+            return read_crude(path, decoder=decoder, errors=errors, limit=limit)
         if decoder is None:  # what the cookers receive is the shard's bytes: one read serves both
             samples = self.cached(("raw", str(path)), lambda: self._read(path, None))
         else:

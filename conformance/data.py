@@ -453,6 +453,13 @@ class Workspace:
     #: the datasets derived from the user's samples so far (variant, path, samples, from_samples, ...)
     derivations: list[dict[str, Any]] = field(default_factory=list)
     _derived: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: keep every dataset to the end (``--conformance-keep-data``), else :meth:`finished` removes them
+    keep: bool = False
+    #: the property asking for datasets now (:meth:`owned_by`); a dataset asked for by none is kept all run
+    owner: str | None = None
+    #: dataset name -> the properties that asked for it ("" for none: kept)
+    _users: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    _done: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.schema_files, (str, os.PathLike)):
@@ -532,6 +539,36 @@ class Workspace:
             f"format (with `encoding: {encoding}`), or --conformance-dataset PATH with data in it"
         )
 
+    @contextlib.contextmanager
+    def owned_by(self, property_id: str) -> Any:
+        """Datasets asked for inside the block are property ``property_id``'s (see :meth:`finished`)."""
+        previous, self.owner = self.owner, property_id
+        try:
+            yield
+        finally:
+            self.owner = previous
+
+    def _use(self, name: str) -> None:
+        self._users.setdefault(name, set()).add(self.owner or "")
+
+    def finished(self, property_id: str) -> list[Path]:
+        """Property ``property_id`` is done: remove every dataset that only finished properties asked for
+        (written when a check needs it, removed when the checks that need it end; asked for again, it is
+        made again, byte for byte). Returns the folders removed."""
+        self._done.add(property_id)
+        removed: list[Path] = []
+        if self.keep:
+            return removed
+        for name, users in list(self._users.items()):
+            if "" in users or not users <= self._done:
+                continue
+            del self._users[name]
+            path = self._cache.pop(name, None)
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        return removed
+
     def generated(
         self,
         encoding: str | None,
@@ -555,6 +592,7 @@ class Workspace:
         schema = schema or self.schema(encoding, dtype=dtype)
         ident = hashlib.sha256(repr((schema.to_dict(), variant, sorted(options.items()), self.seed)).encode())
         name = f"{schema.encoding}-{variant}-{ident.hexdigest()[:10]}"
+        self._use(name)
         if name not in self._cache:
             out = self.root / name
             if not (out / "manifest.json").exists():
@@ -612,6 +650,7 @@ class Workspace:
         name = (
             f"{schema.encoding}-{variant}-derived-{hashlib.sha256(repr(identity).encode()).hexdigest()[:10]}"
         )
+        self._use(name)
         if name not in self._cache:
             out = self.root / name
             if not (out / "manifest.json").exists():
@@ -627,16 +666,17 @@ class Workspace:
                     **options,
                 )
             self._cache[name] = out
-            self.derivations.append(
-                {
-                    "variant": variant,
-                    "path": str(out),
-                    "samples": options["num_samples"],
-                    "from_samples": min(len(sources), options["num_samples"]),
-                    "faults": dict(options.get("faults") or {}),
-                    "dtype": options.get("dtype"),
-                }
-            )
+            if not self.is_derived(out):
+                self.derivations.append(
+                    {
+                        "variant": variant,
+                        "path": str(out),
+                        "samples": options["num_samples"],
+                        "from_samples": min(len(sources), options["num_samples"]),
+                        "faults": dict(options.get("faults") or {}),
+                        "dtype": options.get("dtype"),
+                    }
+                )
         return self._cache[name]
 
     def is_derived(self, path: str | os.PathLike) -> bool:
@@ -657,7 +697,10 @@ class Workspace:
 
     def main(self, encoding: str | None) -> DatasetPath:
         """The clean dataset checks run on: the user's ``--dataset`` (local or remote), else a generated one."""
-        return dataset_path(self.dataset) if self.dataset else self.generated(encoding)
+        if self.dataset:
+            return dataset_path(self.dataset)
+        with self.owned_by(""):  # every check reads it: kept all run
+            return self.generated(encoding)
 
     def subflavors(self, path: DatasetPath) -> dict[str, Any]:
         return _dataset_subflavors(path)

@@ -54,13 +54,20 @@ def _prints(value: Any) -> dict[str, Any]:
 
 
 def first_stage(
-    task_encoder: Any, crude: dict, *, sample_index: int, seed: int, what: str | None = None
+    task_encoder: Any,
+    crude: dict,
+    *,
+    sample_index: int,
+    seed: int,
+    what: str | None = None,
+    as_plain: bool = True,
 ) -> tuple[Any, Any, str]:
     """``(cooked, output, stage)``: one crude sample cooked by the matching cooker of ``task_encoder`` and
     run through its first encode stage (``stage``: its name; ``output`` is ``cooked`` and ``stage`` "" where
     there is none, or where it yields several samples for one), in a worker context as Energon does; the
     outputs as plain data (:func:`~primus_energon.conformance.oracles.plain.plain`), read inside the timed
-    call and copied there (a buffer the next call reuses cannot change them). An exception is the target's (:class:`TargetError`)."""
+    call and copied there (a buffer the next call reuses cannot change them); with ``as_plain=False`` the
+    objects themselves (for the purity checks of shared buffers). An exception is the target's (:class:`TargetError`)."""
     cookers = task_encoder.cookers
     cooker = cookers[matching_cooker(cookers, crude.get("__subflavors__")) or 0]
     overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
@@ -72,11 +79,12 @@ def first_stage(
     with target_call(what), worker_context(seed, sample_index):
         cooked = cooker.cook(crude)
         # Plain data, read inside the timed call: the judge never runs the target's methods (oracles.plain)
-        cooked_plain = plain(cooked)
+        cooked_plain = plain(cooked) if as_plain else cooked
         if not stage_name:
             return cooked_plain, cooked_plain, ""
         result = getattr(task_encoder, stage_name)(cooked)
-        produced = [plain(item) for item in (list(result) if hasattr(result, "__next__") else [result])]
+        produced = list(result) if hasattr(result, "__next__") else [result]
+        produced = [plain(item) for item in produced] if as_plain else produced
     if len(produced) != 1:
         return cooked_plain, cooked_plain, ""
     return cooked_plain, produced[0], stage_name

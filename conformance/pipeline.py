@@ -24,7 +24,6 @@ from megatron.energon import TaskEncoder
 from . import breadcrumbs
 from .context import CheckContext
 from .execution import build_loader, closing, matching_cooker, target_call, worker_context
-from .oracles.plain import plain
 from .payloads import KEY, Payload, Trace, identity, payloads, trace
 from .transforms import Transform, field_at, field_transform
 
@@ -114,8 +113,7 @@ def first_stage_samples(
         ):
             cooked = cooker.cook(copy.deepcopy(sample))
             result = stage(cooked) if stage is not None else cooked
-            # plain data, read inside the timed call (oracles.plain): the judge runs nothing of the target's
-            produced = [plain(item) for item in (list(result) if hasattr(result, "__next__") else [result])]
+            produced = list(result) if hasattr(result, "__next__") else [result]
         if len(produced) != 1:
             return None
         out.append(produced[0])

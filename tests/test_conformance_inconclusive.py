@@ -290,50 +290,52 @@ def test_report_json_and_markdown_list_inconclusive_claims(tmp_path: Path) -> No
 
 # -- end to end: the terminal summary, junit.xml and the exit status ---------------------------------------
 
-_HOOK = textwrap.dedent(
+_KEYED = textwrap.dedent(
     '''
-    """A target module that makes the keys property inconclusive when imported (in the supervised process
-    that runs the target), to see how the plugin reports it."""
-    from primus_energon import PREENCODED_COOKER
-    from primus_energon.conformance.properties import keys
-    from primus_energon.conformance.results import Inconclusive
+    """A cooker that knows the keys of the user's own dataset only (it looks its captions up by key, say):
+    it cooks every sample the user stored and none of the copies the suite derives, re-keyed, so the claims
+    checked on derived data are inconclusive."""
+    from megatron.energon import Cooker, stateless
+
+    from primus_energon import cook_preencoded_diffusion
 
 
-    def check(ctx, claims):
-        with claims.claim("key") as claim:
-            claim.examined()
-            raise Inconclusive("no data exercises the key")
-        raise Inconclusive("the derived data does not cook")
+    @stateless
+    def _cook(sample):
+        if not sample["__key__"].startswith("user_"):
+            raise KeyError(f"no caption is known for {sample['__key__']!r}")
+        return cook_preencoded_diffusion(sample)
 
 
-    keys.check = check
+    KEYED_COOKER = Cooker(_cook, has_subflavors={"encoding": "preencoded"})
     '''
 )
 
 
 def test_the_plugin_lists_inconclusive_claims_and_fails_only_under_strict(tmp_path: Path) -> None:
-    (tmp_path / "inconclusive_hook.py").write_text(_HOOK)
+    from primus_energon.synthetic import generate_dataset
+
+    (tmp_path / "keyed_hook.py").write_text(_KEYED)
+    user = tmp_path / "user"
+    generate_dataset(user, encoding="preencoded", num_samples=8, shard_size=4, key_prefix="user")
     report = tmp_path / "report"
-    args = ["--cooker", "inconclusive_hook:PREENCODED_COOKER"]
-    args += ["--conformance-profile", "quick", "--conformance-property", "keys"]
+    args = ["--cooker", "keyed_hook:KEYED_COOKER", f"--conformance-dataset={user}"]
+    args += ["--conformance-profile", "quick", "--conformance-property", "resume"]
     run = run_pytest(tmp_path, *args, f"--conformance-report={report}", pythonpath=str(tmp_path))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "inconclusive (not verdicts; the suite could not exercise these claims)" in run.stdout
-    assert "PREENCODED_COOKER: keys/key: no data exercises the key" in run.stdout
-    assert (
-        "PREENCODED_COOKER: keys/basic_keys: could not be checked: the derived data does not cook"
-        in run.stdout
-    )
+    said = "the target cooks your sample 'user_"
+    assert f"KEYED_COOKER: resume/checkpoint: could not be checked: {said}" in run.stdout, run.stdout[-3000:]
     tally = run.stdout.split("conformance claims", 1)[1].splitlines()[1]
     assert " inconclusive" in tally and "fail" not in tally and "error" not in tally, tally
     document = json.loads((report / "report.json").read_text())
-    assert {i["claim"] for i in document["inconclusive"]} >= {"keys/key", "keys/basic_keys"}
+    assert "resume/checkpoint" in {i["claim"] for i in document["inconclusive"]}
     assert document["failures"] == [] and document["exitstatus"] == 0
     assert "## Inconclusive" in (report / "report.md").read_text()
     junit = (report / "junit.xml").read_text()
-    assert 'name="conformance_inconclusive" value="keys/key: no data exercises the key"' in junit
+    assert f'name="conformance_inconclusive" value="resume/checkpoint: could not be checked: {said}' in junit
 
     strict = run_pytest(tmp_path, *args, "--conformance-strict", pythonpath=str(tmp_path))
     assert strict.returncode == 1, strict.stdout[-3000:]
-    assert "[inconclusive] keys/key: no data exercises the key" in strict.stdout
+    assert f"[inconclusive] resume/checkpoint: could not be checked: {said}" in strict.stdout
     assert "inconclusive (not verdicts; failures with --conformance-strict)" in strict.stdout

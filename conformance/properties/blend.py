@@ -35,7 +35,6 @@ is Energon's behaviour, not the target's, so it is reported, not failed.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import random
@@ -379,38 +378,39 @@ def _tally(sink: Path) -> dict[int, int]:
 
 
 def _consume(ctx: CheckContext, mds: Path, sinks: list[Path], per_worker: int) -> list[int]:
-    """Pull batches on every rank (the ranks' loaders side by side, so their workers run in parallel)
-    until each worker has batched ``per_worker`` samples; returns the batches pulled per rank."""
+    """Pull batches on every rank, one rank's loader after the other (one loader's workers alive at a
+    time: each holds its shuffle buffer and prefetched samples, which for large samples is most of the
+    memory), until each worker has batched ``per_worker`` samples; returns the batches pulled per rank.
+    The ranks' streams are the same whether read side by side or in turn: each is a function of its rank,
+    the world size, the seed and the worker."""
     rounds = math.ceil(per_worker / BATCH_SIZE)
-    with contextlib.ExitStack() as stack:
-        iterators = []
-        for rank, sink in enumerate(sinks):
-            loader = build_loader(
-                ctx.target,
-                mds,
-                batch_size=BATCH_SIZE,
-                num_workers=NUM_WORKERS,
-                seed=ctx.seed,
-                rank=rank,
-                world_size=WORLD_SIZE,
-                task_encoder=_instrumented(ctx, sink),
-            )
-            iterators.append(iter(stack.enter_context(closing(loader))))
-        consumed = [0] * len(sinks)
-        planned = NUM_WORKERS * rounds
-        while True:
-            while min(consumed) < planned:
-                for rank, iterator in enumerate(iterators):
-                    if consumed[rank] < planned:
-                        with target_call(f"iterating rank {rank}'s loader over the blend"):
-                            next(iterator)
-                        consumed[rank] += 1
-            tallies = [_tally(sink) for sink in sinks]
-            if all(len(t) >= NUM_WORKERS and min(t.values()) >= per_worker for t in tallies):
-                return consumed
-            if planned >= 4 * NUM_WORKERS * rounds:
-                return consumed  # the caller reports the worker that fell short
-            planned += NUM_WORKERS
+    consumed = [0] * len(sinks)
+    for rank, sink in enumerate(sinks):
+        loader = build_loader(
+            ctx.target,
+            mds,
+            batch_size=BATCH_SIZE,
+            num_workers=NUM_WORKERS,
+            seed=ctx.seed,
+            rank=rank,
+            world_size=WORLD_SIZE,
+            task_encoder=_instrumented(ctx, sink),
+        )
+        with closing(loader):
+            iterator = iter(loader)
+            planned = NUM_WORKERS * rounds
+            while True:
+                while consumed[rank] < planned:
+                    with target_call(f"iterating rank {rank}'s loader over the blend"):
+                        next(iterator)
+                    consumed[rank] += 1
+                tally = _tally(sink)
+                if len(tally) >= NUM_WORKERS and min(tally.values()) >= per_worker:
+                    break
+                if planned >= 4 * NUM_WORKERS * rounds:
+                    break  # the caller reports the worker that fell short
+                planned += NUM_WORKERS
+    return consumed
 
 
 def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | None) -> dict[str, Any]:

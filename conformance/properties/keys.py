@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..claims import ClaimRecorder, Harm, claims_of
 from ..context import CheckContext
 from ..execution import cook
+from ..oracles.plain import plain
 from ._common import BASIC_KEYS, MISSING, get_field
 
 CLAIMS = claims_of(
@@ -55,7 +56,8 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                     observed = get_field(output, name)
                     if name == "__key__" and observed is not MISSING:
                         continue  # a wrong key is the `key` claim
-                    if observed is MISSING or observed != sample.get(name):
+                    # both sides plain data (the output is: read inside the timed call)
+                    if observed is MISSING or observed != plain(sample.get(name)):
                         shown = "missing" if observed is MISSING else f"{observed!r:.120}"
                         lost.setdefault(name, []).append(f"{sample['__key__']!r} ({shown})")
             for name, where in lost.items():

@@ -113,7 +113,9 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     def cooked(index: int, sample: dict | None = None) -> Any:
         source = copy.deepcopy(crude[index]) if sample is None else sample
         # as a loader worker runs it: the held TaskEncoder, cooker and first encode stage
-        return first_stage(ctx.held_task_encoder(), source, sample_index=index, seed=ctx.seed)[1]
+        return first_stage(
+            ctx.held_task_encoder(), source, sample_index=index, seed=ctx.seed, as_plain=False
+        )[1]  # the objects themselves: purity judges whether outputs share buffers
 
     reference = [fingerprint(cooked(i)) for i in range(len(crude))]
 

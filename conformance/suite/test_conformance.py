@@ -73,6 +73,7 @@ def conformance_context(
         "call_timeout_s": config.getoption("conformance_call_timeout"),
         "watch": str(config.invocation_params.dir),
         "watch_exclude": [str(scratch_folder(config))],
+        "keep_data": bool(config.getoption("conformance_keep_data")),
     }
     try:
         # The properties collected for this target (after -k and --conformance-property) start their child
