@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             real = f"  [real-sized: {target.real_sized}]" if target.real_sized else ""
             print(f"{target.attr:<36} {target.kind:<13} {target.name}{real}")
         return 0
-    from primus_energon.conformance.profiles import PROFILES
+    from primus_energon.conformance.core.profiles import PROFILES
 
     profiles = [p.strip() for p in args.profile.split(",") if p.strip()]
     unknown = [p for p in profiles if p not in PROFILES]

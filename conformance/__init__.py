@@ -14,7 +14,7 @@ From Python::
     advice = [c for r in results for c in r.advice]   # reported, never a failure
 
 Each property is a list of claims (``results[i].claims``); a claim is a defect claim (its failure fails
-the property) or advice (see :mod:`primus_energon.conformance.claims`). Importing the package loads
+the property) or advice (see :mod:`primus_energon.conformance.core.claims`). Importing the package loads
 nothing heavy; each name loads its module on first use.
 """
 
@@ -45,19 +45,19 @@ __all__ = [
 #: The public names of each submodule; a name loads its module on first use.
 _EXPORTS = {
     "api": ("check_cooker", "check_task_encoder", "check_wrapper"),
-    "claims": ("Claim", "ClaimResult", "Harm"),
-    "profiles": ("PROFILES", "Profile"),
+    "core.claims": ("Claim", "ClaimResult", "Harm"),
+    "core.profiles": ("PROFILES", "Profile"),
     "properties": ("PROPERTIES", "Property"),
-    "results": ("PropertyResult", "PropertyFailure", "PropertySkipped"),
-    "target": ("Target", "resolve_target"),
+    "core.results": ("PropertyResult", "PropertyFailure", "PropertySkipped"),
+    "engine.target": ("Target", "resolve_target"),
 }
 
 if TYPE_CHECKING:
     from .api import check_cooker, check_task_encoder, check_wrapper
-    from .claims import Claim, ClaimResult, Harm
-    from .profiles import PROFILES, Profile
+    from .core.claims import Claim, ClaimResult, Harm
+    from .core.profiles import PROFILES, Profile
+    from .core.results import PropertyFailure, PropertyResult, PropertySkipped
+    from .engine.target import Target, resolve_target
     from .properties import PROPERTIES, Property
-    from .results import PropertyFailure, PropertyResult, PropertySkipped
-    from .target import Target, resolve_target
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from megatron.energon import SampleDecoder
 
-from primus_energon.conformance.data import read_crude
+from primus_energon.conformance.data.workspace import read_crude
 from primus_energon.energon_compat import energon_key
 from primus_energon.formats import MEMBER_NAME, SIZES
 

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.profiles import PROFILES
+from primus_energon.conformance.core.profiles import PROFILES
+from primus_energon.conformance.core.results import PropertyResult
+from primus_energon.conformance.oracles.stats import required_n
 from primus_energon.conformance.properties import blend
-from primus_energon.conformance.results import PropertyResult
-from primus_energon.conformance.stats import required_n
 from primus_energon.energon_compat import energon_key
 from primus_energon.synthetic import generate_dataset, write_metadataset
 
@@ -143,7 +143,7 @@ def test_user_metadataset_with_a_dataset_twice_fails(tmp_path: Path, fast: None)
 
 def test_user_metadataset_listing_each_dataset_once_passes_duplicates(tmp_path: Path) -> None:
     """blend/duplicates alone, through the ClaimRecorder the property uses."""
-    from primus_energon.conformance.claims import ClaimRecorder
+    from primus_energon.conformance.core.claims import ClaimRecorder
 
     a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
     inner = write_metadataset(tmp_path / "sub" / "inner.yaml", [(a, 1.0)], legacy=True)
@@ -225,8 +225,8 @@ def test_metadataset_leaves_and_duplicates(tmp_path: Path) -> None:
 
 def test_instrumenting_an_instance_target_leaves_it_alone(tmp_path: Path) -> None:
     from primus_energon import EncodedDiffusionTaskEncoder
-    from primus_energon.conformance.api import make_context
-    from primus_energon.conformance.target import resolve_target
+    from primus_energon.conformance.engine.session import make_context
+    from primus_energon.conformance.engine.target import resolve_target
 
     instance = EncodedDiffusionTaskEncoder()
     cookers, batch = list(instance.cookers), instance.batch
@@ -240,7 +240,7 @@ def test_instrumenting_an_instance_target_leaves_it_alone(tmp_path: Path) -> Non
 def test_a_record_still_being_written_is_not_read(tmp_path: Path) -> None:
     """Workers append records while the suite reads them: a last line without its newline is left for
     the next read instead of failing the check with a JSON error."""
-    from primus_energon.conformance.recording import read_records
+    from primus_energon.conformance.engine.recording import read_records
 
     sink = tmp_path / "records.jsonl"
     sink.write_text('{"stage": "cook", "key": "a"}\n{"stage": "batch", "ke')

@@ -12,10 +12,10 @@ from megatron.energon import Cooker, stateless
 
 from primus_energon import cook_preencoded_diffusion
 from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.core.results import PropertyResult
+from primus_energon.conformance.engine.recording import cook_order
+from primus_energon.conformance.oracles.fingerprint import parse_fingerprint
 from primus_energon.conformance.properties._common import batch_keys
-from primus_energon.conformance.properties.determinism import parse_fingerprint
-from primus_energon.conformance.recording import cook_order
-from primus_energon.conformance.results import PropertyResult
 
 ZOO = "tests.conformance_zoo.determinism_broken"
 
@@ -105,7 +105,7 @@ def test_a_child_that_does_not_finish_fails_naming_its_command(workdir: Path) ->
     assert "the determinism child process (a) did not finish within 3 s (killed)" in claim.message
     assert (
         "PYTHONHASHSEED=1 " in claim.message
-        and "primus_energon.conformance.runner determinism" in claim.message
+        and "primus_energon.conformance.processes.runner determinism" in claim.message
     )
     seed = result.claim("determinism/seed")
     assert seed.verdict == "skip" and "child processes did not finish" in seed.message, seed

@@ -12,8 +12,8 @@ from megatron.energon import Cooker
 
 from primus_energon import MultiFormatTaskEncoder, cook_preencoded_diffusion, cook_raw_images
 from primus_energon.conformance import check_cooker, check_task_encoder
+from primus_energon.conformance.core.results import PropertyResult
 from primus_energon.conformance.properties.dispatch import shadowed_cookers
-from primus_energon.conformance.results import PropertyResult
 from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE
 
 ZOO = "tests.conformance_zoo.dispatch_broken"

@@ -1,4 +1,4 @@
-"""The fork servers the suite's fresh processes come from (primus_energon.conformance.forkserver): a forked
+"""The fork servers the suite's fresh processes come from (primus_energon.conformance.processes.forkserver): a forked
 child is fresh wherever a target can tell (its hash seed, its random state, its environment, its folder, its
 streams), ends as an interpreter would (exit status, uncaught exception, signal), takes the loader workers it
 forked with it when killed, and nothing outlives the servers; where no server can serve, the suite starts
@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from primus_energon.conformance import forkserver
-from primus_energon.conformance.forkserver import ForkedGroup, ForkServers, ForkUnavailable, rank_environments
-from primus_energon.conformance.subprocesses import (
+from primus_energon.conformance.processes import forkserver
+from primus_energon.conformance.processes.children import (
     CHILD_TAG_VARIABLE,
     HASHSEEDS,
     child_env,
@@ -29,6 +28,12 @@ from primus_energon.conformance.subprocesses import (
     start_runner,
     stop,
     tagged_processes,
+)
+from primus_energon.conformance.processes.forkserver import (
+    ForkedGroup,
+    ForkServers,
+    ForkUnavailable,
+    rank_environments,
 )
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="fork servers need Linux")
@@ -220,7 +225,7 @@ def test_start_runner_forks_with_the_command_that_reproduces_it(servers: ForkSer
         child.stdout.seek(0)
         assert "usage:" in child.stdout.read().decode()
         assert child.describe().startswith(f"PYTHONHASHSEED={HASHSEEDS[1]} ")
-        assert child.command[1:3] == ["-m", "primus_energon.conformance.runner"]
+        assert child.command[1:3] == ["-m", "primus_energon.conformance.processes.runner"]
         assert child.tag and child.tag != servers.server(HASHSEEDS[1]).child.tag
         assert CHILD_TAG_VARIABLE == "PRIMUS_CONFORMANCE_CHILD"
     finally:

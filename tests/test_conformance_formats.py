@@ -12,8 +12,8 @@ import pytest
 from megatron.energon import basic_sample_keys, stateless
 
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.api import make_context
-from primus_energon.conformance.target import resolve_target
+from primus_energon.conformance.engine.session import make_context
+from primus_energon.conformance.engine.target import resolve_target
 from primus_energon.formats import SIZES
 from primus_energon.synthetic import (
     BytesSpec,
@@ -238,7 +238,7 @@ def test_crude_samples_keep_the_decoders_numpy_arrays(tmp_path: Path) -> None:
     numpy array (torch's DataLoader would turn it into a tensor on the way out of the reading loader)."""
     import numpy as np
 
-    from primus_energon.conformance.data import read_crude
+    from primus_energon.conformance.data.workspace import read_crude
     from primus_energon.decoding import SafeSampleDecoder
     from primus_energon.synthetic import generate_dataset
 

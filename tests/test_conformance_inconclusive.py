@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from primus_energon.conformance.api import make_context, run_property
-from primus_energon.conformance.claims import ClaimRecorder, Harm, claims_of
-from primus_energon.conformance.execution import TargetError, target_call
+from primus_energon.conformance.core.claims import ClaimRecorder, Harm, claims_of
+from primus_energon.conformance.core.results import Inconclusive, PropertyResult, PropertySkipped
+from primus_energon.conformance.engine.calls import TargetError, target_call
+from primus_energon.conformance.engine.session import make_context, run_property
+from primus_energon.conformance.engine.target import resolve_target
 from primus_energon.conformance.properties import Property
-from primus_energon.conformance.report import write_reports
-from primus_energon.conformance.results import Inconclusive, PropertyResult, PropertySkipped
-from primus_energon.conformance.target import resolve_target
+from primus_energon.conformance.verdict.report import write_reports
 from tests.helpers import run_pytest
 
 CLAIMS = claims_of(

@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from primus_energon.conformance import claims as claims_module
-from primus_energon.conformance import seal
+from primus_energon.conformance.core import claims as claims_module
+from primus_energon.conformance.engine import seal
 from primus_energon.conformance.oracles import plain as plain_module
 from primus_energon.conformance.oracles.compare import same
 from primus_energon.conformance.oracles.fields import fields, leaves
@@ -161,7 +161,7 @@ def test_the_seal_names_a_patched_function_method_and_code_and_is_intact_otherwi
     assert len(sealed) > 100 and sealed.broken() == []
     with monkeypatch.context() as patch:
         patch.setattr(claims_module.ClaimCheck, "problem", lambda self, message, *, sample=None: None)
-        assert sealed.broken() == ["primus_energon.conformance.claims.ClaimCheck.problem"]
+        assert sealed.broken() == ["primus_energon.conformance.core.claims.ClaimCheck.problem"]
     with monkeypatch.context() as patch:
         patch.setattr(plain_module, "plain", lambda value: value)
         assert sealed.broken() == ["primus_energon.conformance.oracles.plain.plain"]

@@ -13,10 +13,10 @@ import torch
 from megatron.energon import DefaultTaskEncoder
 from PIL import Image
 
-from primus_energon.conformance.oracle import STACKED, expectations, locate
-from primus_energon.conformance.payloads import Haystack, Payload, trace
-from primus_energon.conformance.properties.packing import packing_configured
-from primus_energon.conformance.target import resolve_target
+from primus_energon.conformance.engine.target import resolve_target
+from primus_energon.conformance.oracles.expectations import STACKED, expectations, locate
+from primus_energon.conformance.oracles.payloads import Haystack, Payload, trace
+from primus_energon.conformance.properties._packing import packing_configured
 from primus_energon.synthetic import ImageSpec, TensorSpec
 
 

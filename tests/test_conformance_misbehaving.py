@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_cooker
-from primus_energon.conformance.fingerprint import digest, fingerprint
-from primus_energon.conformance.rendering import describe_error, error_text, safe_repr
+from primus_energon.conformance.core.rendering import describe_error, error_text, safe_repr
+from primus_energon.conformance.oracles.fingerprint import digest, fingerprint
 
 ZOO = "tests.conformance_zoo.misbehaving"
 

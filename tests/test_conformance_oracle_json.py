@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from primus_energon.conformance.oracle import (
+from primus_energon.conformance.oracles.expectations import (
     MISSING,
     NESTED,
     decode_member,
@@ -195,7 +195,7 @@ def test_nested_pickle_leaves_are_found_by_name_and_inside_a_passed_on_dict():
 
 
 def test_fidelity_calls_unmatched_nested_json_leaves_advice_and_judges_the_found_ones(member):
-    from primus_energon.conformance.claims import ClaimRecorder
+    from primus_energon.conformance.core.claims import ClaimRecorder
     from primus_energon.conformance.properties import fidelity
 
     data, document = member

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from primus_energon.conformance.core.declarations import parse_transform
+from primus_energon.conformance.data.variants import TAIL_WORDS, member_variants
 from primus_energon.conformance.oracles.images import image_form
 from primus_energon.conformance.oracles.members import declared_outcome, member_form, text_form
 from primus_energon.conformance.oracles.tensors import tensor_form
@@ -25,8 +27,6 @@ from primus_energon.conformance.oracles.tokens import (
     pad_value,
     pair_problems,
 )
-from primus_energon.conformance.transforms import parse_transform
-from primus_energon.conformance.variants import TAIL_WORDS, member_variants
 from primus_energon.synthetic.payloads import PayloadFactory
 from primus_energon.synthetic.schema import (
     ImageSpec,

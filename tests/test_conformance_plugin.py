@@ -172,12 +172,12 @@ def test_the_suite_loads_only_with_a_target_and_under_its_installed_name(tmp_pat
         "def pytest_sessionfinish(session):\n"
         "    import sys\n"
         "    print('LOADED:', sorted(m for m in sys.modules if m.partition('.')[0] == 'conformance'\n"
-        "        or m.startswith('primus_energon.conformance.suite')))\n"
+        "        or m.startswith('primus_energon.conformance.verdict.suite')))\n"
     )
     run = _pytest(tmp_path, "-s", "--cooker", "primus_energon:PREENCODED_COOKER", "--collect-only", "-q")
     assert run.returncode == 0, run.stdout[-3000:]
     assert (
-        "LOADED: ['primus_energon.conformance.suite', 'primus_energon.conformance.suite.test_conformance']"
+        "LOADED: ['primus_energon.conformance.verdict.suite', 'primus_energon.conformance.verdict.suite.test_conformance']"
         in run.stdout
     )
 

@@ -14,7 +14,7 @@ from megatron.energon import Cooker, DefaultTaskEncoder, SampleDecoder
 
 from primus_energon import read_tensor
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.probe import (
+from primus_energon.conformance.properties._probe import (
     PROBE_DIR_VARIABLE,
     _ran_by,
     environment,

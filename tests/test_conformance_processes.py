@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_task_encoder
-from primus_energon.conformance.subprocesses import (
+from primus_energon.conformance.processes.children import (
     CHILD_TAG_VARIABLE,
     child_env,
     runner_command,
@@ -63,9 +63,9 @@ def test_children_started_ahead_end_with_the_check_even_when_their_property_is_b
     target that fails accepted blocks determinism and sharding: their children, started for nothing, must
     still end, and bad_input's probe (which always runs) still reports."""
     spec = "tests.conformance_zoo.pathological:cook_raises_always"
-    from primus_energon.conformance.api import make_context, prestart, run_property
+    from primus_energon.conformance.engine.session import make_context, prestart, run_property
+    from primus_energon.conformance.engine.target import resolve_target
     from primus_energon.conformance.properties import get_property
-    from primus_energon.conformance.target import resolve_target
 
     ctx = make_context(
         resolve_target(spec, kind="cooker"), workdir=tmp_path, profile="quick", encoding="preencoded"
@@ -94,8 +94,8 @@ def test_children_started_ahead_end_with_the_check_even_when_their_property_is_b
 def test_children_run_under_an_address_space_cap_and_a_failure_names_it(monkeypatch) -> None:
     """Every child the suite starts has its address space capped (physical memory by default); a child
     that allocates past the cap fails with a MemoryError, and the failure says which limit it hit."""
-    from primus_energon.conformance.results import PropertyFailure
-    from primus_energon.conformance.subprocesses import CHILD_MEMORY_VARIABLE, child_memory_cap, finish
+    from primus_energon.conformance.core.results import PropertyFailure
+    from primus_energon.conformance.processes.children import CHILD_MEMORY_VARIABLE, child_memory_cap, finish
 
     show = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
     child = start([sys.executable, "-c", show], env=child_env())

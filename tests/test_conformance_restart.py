@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_cooker, check_task_encoder, check_wrapper
-from primus_energon.conformance.api import parse_resume_hooks
-from primus_energon.conformance.results import PropertyResult
+from primus_energon.conformance.core.results import PropertyResult
+from primus_energon.conformance.engine.session import parse_resume_hooks
 from tests.helpers import run_pytest
 
 pytestmark = pytest.mark.slow

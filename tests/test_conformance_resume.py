@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.api import make_context
-from primus_energon.conformance.fingerprint import fingerprint
+from primus_energon.conformance.core.results import PropertyFailure, PropertyResult
+from primus_energon.conformance.engine.session import make_context
+from primus_energon.conformance.engine.target import resolve_target
+from primus_energon.conformance.oracles.fingerprint import fingerprint
 from primus_energon.conformance.properties.resume import (
     NUM_SAMPLES,
     _check_restore_sample,
@@ -21,8 +23,6 @@ from primus_energon.conformance.properties.resume import (
     _reference,
     _steps_for,
 )
-from primus_energon.conformance.results import PropertyFailure, PropertyResult
-from primus_energon.conformance.target import resolve_target
 
 ZOO = "tests.conformance_zoo.resume_broken"
 ROUTES = ("resume/checkpoint", "resume/wrapper", "resume/resaved")

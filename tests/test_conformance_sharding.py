@@ -14,11 +14,11 @@ from megatron.energon import Cooker, stateless
 
 from primus_energon import cook_preencoded_diffusion
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.api import make_context
+from primus_energon.conformance.core.results import PropertyFailure, PropertyResult
+from primus_energon.conformance.engine.session import make_context
+from primus_energon.conformance.engine.target import resolve_target
+from primus_energon.conformance.processes.children import child_env, finish, start
 from primus_energon.conformance.properties.sharding import _verify
-from primus_energon.conformance.results import PropertyFailure, PropertyResult
-from primus_energon.conformance.subprocesses import child_env, finish, start
-from primus_energon.conformance.target import resolve_target
 from primus_energon.energon_compat import energon_key
 
 ZOO = "tests.conformance_zoo.sharding_broken"

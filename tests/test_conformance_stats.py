@@ -1,4 +1,4 @@
-"""primus_energon.conformance.stats: chi-square tails and critical values against known values, the noncentral tail
+"""primus_energon.conformance.oracles.stats: chi-square tails and critical values against known values, the noncentral tail
 against the closed form for df=1, required N against the published power table, and the test itself on
 simulated multinomial draws (right weights pass, a Cohen-0.05 deviation fails at the computed N)."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from primus_energon.conformance.stats import (
+from primus_energon.conformance.oracles.stats import (
     chi2_critical,
     chi2_sf,
     chi_square_power,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_cooker, check_task_encoder, check_wrapper
-from primus_energon.conformance.specs import format_spec, parse_spec
-from primus_energon.conformance.target import resolve_target
+from primus_energon.conformance.core.specs import format_spec, parse_spec
+from primus_energon.conformance.engine.target import resolve_target
 from tests.helpers import run_pytest
 
 CONFIGURED = "tests.conformance_zoo.configured:ConfiguredPackingTaskEncoder"

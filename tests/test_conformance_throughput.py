@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance import check_cooker, check_task_encoder
-from primus_energon.conformance.results import PropertyResult
+from primus_energon.conformance.core.results import PropertyResult
 
 NUMBERS = (
     "cook_us_per_sample",

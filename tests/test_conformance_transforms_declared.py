@@ -6,16 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from primus_energon.conformance.transforms import (
+from primus_energon.conformance.core.declarations import (
     Transform,
-    binomial_p_value,
-    binomial_range,
     declaration_hint,
-    field_at,
     parse_transform,
     parse_transforms,
-    recognise,
 )
+from primus_energon.conformance.oracles.declared import always, outcome, recognise
+from primus_energon.conformance.oracles.fields import field_at
+from primus_energon.conformance.oracles.stats import binomial_p_value, binomial_range
 
 
 @pytest.mark.parametrize(
@@ -82,23 +81,23 @@ def test_lines_comments_and_a_field_declared_twice() -> None:
 def test_what_each_kind_explains() -> None:
     clean = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
     flip = parse_transform("latents: flip axis=-1")
-    assert flip.outcome(clean, clean.clone()) == "kept"
-    assert flip.outcome(clean, clean.flip(-1)) == "applied"
-    assert flip.outcome(clean, clean.flip(-2)) is None  # another axis is another transform
+    assert outcome(flip, clean, clean.clone()) == "kept"
+    assert outcome(flip, clean, clean.flip(-1)) == "applied"
+    assert outcome(flip, clean, clean.flip(-2)) is None  # another axis is another transform
     truncate = parse_transform("e: truncate axis=1 length=2")
-    assert truncate.outcome(clean, clean[:, :2]) == "applied"
-    assert truncate.outcome(clean, clean[:, 1:]) is None  # the tail is not a truncation
-    assert truncate.always(clean) and not truncate.always(clean[:, :2])
+    assert outcome(truncate, clean, clean[:, :2]) == "applied"
+    assert outcome(truncate, clean, clean[:, 1:]) is None  # the tail is not a truncation
+    assert always(truncate, clean) and not always(truncate, clean[:, :2])
     cast = parse_transform("latents: cast dtype=bfloat16")
-    assert cast.outcome(clean, clean.to(torch.bfloat16)) == "applied"
-    assert cast.outcome(clean, clean.to(torch.float16)) is None
+    assert outcome(cast, clean, clean.to(torch.bfloat16)) == "applied"
+    assert outcome(cast, clean, clean.to(torch.float16)) is None
     zeros = parse_transform("e: dropout rate=0.1 to=zeros")
-    assert zeros.outcome(clean, torch.zeros_like(clean)) == "applied"
-    assert zeros.outcome(clean, torch.zeros(2, 3)) is None  # another shape
-    assert zeros.outcome(clean, clean + 1) is None
+    assert outcome(zeros, clean, torch.zeros_like(clean)) == "applied"
+    assert outcome(zeros, clean, torch.zeros(2, 3)) is None  # another shape
+    assert outcome(zeros, clean, clean + 1) is None
     text = parse_transform('caption: dropout rate=0.1 to=""')
-    assert text.outcome("a cat", "") == "applied" and text.outcome("a cat", "a dog") is None
-    assert parse_transform("caption: truncate length=3").outcome("a cat", "a c") == "applied"
+    assert outcome(text, "a cat", "") == "applied" and outcome(text, "a cat", "a dog") is None
+    assert outcome(parse_transform("caption: truncate length=3"), "a cat", "a c") == "applied"
 
 
 def test_an_undeclared_change_is_recognised_as_the_declaration_that_expresses_it() -> None:
@@ -129,7 +128,7 @@ def test_the_binomial_bound() -> None:
 
 
 def test_field_at_reads_dotted_paths() -> None:
-    from primus_energon.conformance.oracle import MISSING
+    from primus_energon.conformance.oracles.expectations import MISSING
 
     sample = {"metadata": {"captions": ["a", "b"]}, "x": 1}
     assert field_at(sample, "metadata.captions[1]") == "b"

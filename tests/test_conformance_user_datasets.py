@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from primus_energon.conformance import check_task_encoder
-from primus_energon.conformance.profiles import PROFILES
+from primus_energon.conformance.core.profiles import PROFILES
 from primus_energon.conformance.properties.determinism import _seed_plan
 from primus_energon.synthetic import LoopbackObjectStore, generate_dataset, write_metadataset
 from tests.helpers import SMALL_SHAPES, run_pytest
@@ -221,9 +221,9 @@ def preencoded_user(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _context(tmp_path: Path, dataset: Path, schema: Path) -> Any:
-    from primus_energon.conformance.context import CheckContext
-    from primus_energon.conformance.data import Workspace
-    from primus_energon.conformance.target import resolve_target
+    from primus_energon.conformance.data.workspace import Workspace
+    from primus_energon.conformance.engine.context import CheckContext
+    from primus_energon.conformance.engine.target import resolve_target
 
     workspace = Workspace(tmp_path / "ws", schema_files=(str(schema),), dataset=str(dataset))
     target = resolve_target("primus_energon:EncodedDiffusionTaskEncoder", kind="task_encoder")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from primus_energon.conformance.properties import PROPERTIES, all_claims
-from primus_energon.conformance.reference import MARKER, claim_anchor, claim_reference_markdown
+from primus_energon.conformance.verdict.reference import MARKER, claim_anchor, claim_reference_markdown
 
 REPO = Path(__file__).parents[1]
 

@@ -79,7 +79,7 @@ def test_every_source_module_is_installed_under_its_mapped_name(wheel: zipfile.Z
 def test_entry_points_name_installed_modules(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
-    assert "primus_energon_conformance = primus_energon.conformance.plugin" in text
+    assert "primus_energon_conformance = primus_energon.conformance.verdict.plugin" in text
     assert "primus-synth = primus_energon.synthetic.cli:main" in text
     assert "primus-energon = primus_energon.__main__:main" in text
 

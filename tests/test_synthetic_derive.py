@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from primus_energon.conformance.data import _spec_for, read_crude
-from primus_energon.conformance.oracle import expectations
+from primus_energon.conformance.data.workspace import _spec_for, read_crude
+from primus_energon.conformance.oracles.expectations import expectations
 from primus_energon.formats import sniff_kind
 from primus_energon.safepickle import safe_loads
 from primus_energon.synthetic import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from primus_energon.conformance.data import read_crude
+from primus_energon.conformance.data.workspace import read_crude
 from primus_energon.safepickle import safe_loads
 from primus_energon.synthetic import (
     JsonSpec,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from primus_energon import safe_loads
-from primus_energon.conformance.data import read_crude
+from primus_energon.conformance.data.workspace import read_crude
 from primus_energon.datasets import validate_path
 from primus_energon.energon_compat import key_in_shard
 from primus_energon.synthetic import SyntheticError, generate_dataset, load_schema

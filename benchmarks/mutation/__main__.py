@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, MutationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from primus_energon.conformance.claims import Harm
+    from primus_energon.conformance.core.claims import Harm
     from primus_energon.conformance.properties import all_claims
 
     advice_claims = {c.id for c in all_claims() if c.harm is Harm.ADVICE}

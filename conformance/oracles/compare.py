@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..fingerprint import array_tensor, tensor_bytes
+from .fingerprint import array_tensor, tensor_bytes
 
 __all__ = ["as_tensor", "same", "identical"]
 

@@ -493,7 +493,7 @@ def image_form(
     """How ``observed`` holds the image ``member`` (pixels ``[H, W, 3]`` uint8), or None where it cannot be
     read as an image at all (the caller decides: a field that depends on the member but is no image is an
     unrecognised transform). ``declared``: the field's declared transform
-    (:class:`~primus_energon.conformance.transforms.Transform`), if any."""
+    (:class:`~primus_energon.conformance.core.declarations.Transform`), if any."""
     declared_norm = None
     if declared is not None and getattr(declared, "kind", None) == "normalize":
         declared_norm = Normalisation(tuple(declared.mean), tuple(declared.std))

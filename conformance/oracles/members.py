@@ -12,6 +12,8 @@ import numpy as np
 from primus_energon.synthetic.schema import BytesSpec, ImageSpec, ListSpec, NpySpec, TensorSpec, TextSpec
 
 from .compare import as_tensor, same
+from .declared import outcome as declared_value
+from .declared import recognise
 from .forms import Form
 from .images import image_form
 from .tensors import tensor_form
@@ -33,8 +35,6 @@ def text_form(text: str, observed: Any) -> Form | None:
             return Form("kept", "as it is")
         if text and str.__contains__(observed, text):
             return Form("kept", "inside a longer text")
-        from ..transforms import recognise
-
         recognised = recognise(text, observed)
         if recognised:
             return Form(
@@ -53,7 +53,7 @@ def declared_outcome(transform: Any, spec: Any, clean: Any, observed: Any) -> st
     a declaration every claim shares. Exact where the transform can be computed from the value (a dropout,
     a flip of a tensor, a cut, a cast), else by the value's form (a flip after a resize, a normalisation)."""
     try:
-        exact = transform.outcome(clean, observed)
+        exact = declared_value(transform, clean, observed)
     except Exception:  # a declaration that does not apply to this kind of value
         exact = None
     if exact is not None:
@@ -75,7 +75,7 @@ def member_form(spec: Any, value: Any, observed: Any, declared: Any = None) -> F
     kind), or None where the suite sees no relation between them."""
     if declared is not None and declared.kind in ("dropout", "flip", "truncate", "cast"):
         try:
-            outcome = declared.outcome(value, observed)
+            outcome = declared_value(declared, value, observed)
         except Exception:  # a declaration that does not apply to this kind of value
             outcome = None
         if outcome == "applied":

@@ -193,7 +193,7 @@ def _rearranged(want: torch.Tensor, got: torch.Tensor) -> str:
         or got.numel() > MAX_REARRANGED
     ):
         return ""
-    from ..fingerprint import tensor_bytes
+    from .fingerprint import tensor_bytes
 
     width = want.element_size()
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(width)
@@ -313,7 +313,7 @@ def _reinterpreted(want: torch.Tensor, got: torch.Tensor) -> str:
     for bfloat16 data): every value is wrong though every bit is there ("" otherwise)."""
     if got.dtype == want.dtype or got.element_size() != want.element_size() or got.numel() != want.numel():
         return ""
-    from ..fingerprint import tensor_bytes
+    from .fingerprint import tensor_bytes
 
     if tensor_bytes(got) != tensor_bytes(want):
         return ""

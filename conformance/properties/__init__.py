@@ -1,9 +1,9 @@
 """The conformance properties, one module each, in report order.
 
-Every property module declares ``CLAIMS`` (its named claims, see :mod:`primus_energon.conformance.claims`) and has
+Every property module declares ``CLAIMS`` (its named claims, see :mod:`primus_energon.conformance.core.claims`) and has
 ``check(ctx: CheckContext, claims: ClaimRecorder) -> dict`` that runs each claim inside
 ``with claims.claim(name):`` and returns details for the report. Raising
-:class:`~primus_energon.conformance.results.PropertySkipped` outside a claim skips what has not run.
+:class:`~primus_energon.conformance.core.results.PropertySkipped` outside a claim skips what has not run.
 
 A property whose check waits for child processes may also have ``prestart(ctx)``: it starts them (through
 ``ctx.started(property_id, ...)``) when the context is made, so they run while the properties before it are
@@ -19,8 +19,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the property modules import torch and Energon; the verdict process needs only this table
-    from ..claims import Claim, ClaimRecorder
-    from ..context import CheckContext
+    from ..core.claims import Claim, ClaimRecorder
+    from ..engine.context import CheckContext
 
 __all__ = ["Property", "PROPERTIES", "get_property", "all_claims", "properties_for"]
 
@@ -36,7 +36,7 @@ class Property:
     #: needs a target that cooks clean data: blocked (skipped, once) when ``accepted`` fails
     needs_loader: bool = True
     #: how many hash seeds its fresh processes run under (fork servers it needs: the first n of
-    #: :data:`~primus_energon.conformance.subprocesses.HASHSEEDS`)
+    #: :data:`~primus_energon.conformance.processes.children.HASHSEEDS`)
     hash_seeds: int = 0
 
     @property

@@ -6,10 +6,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import breadcrumbs
-from ..execution import target_call
+from ..core import breadcrumbs
+from ..core.results import PropertyFailure
 from ..oracles.fields import MISSING, field_names, get_field
-from ..results import PropertyFailure
 
 __all__ = [
     "MISSING",
@@ -19,7 +18,6 @@ __all__ = [
     "call_with_timeout",
     "TimedOut",
     "error_names_sample",
-    "decode_like_target",
 ]
 
 BASIC_KEYS = ("__key__", "__restore_key__", "__subflavors__", "__sources__")
@@ -35,16 +33,6 @@ def batch_keys(batch: Any) -> list[str] | None:
     if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
         return list(keys)
     return None
-
-
-def decode_like_target(ctx: Any, sample: dict) -> dict:
-    """``sample`` (member bytes) as the target's cookers receive it: through the target's own decoder,
-    if it has one. A decoder error on benign data is the target's (:class:`~primus_energon.conformance.execution.TargetError`)."""
-    decoder = ctx.cached("decoder", ctx.target.decoder)
-    if decoder is None:
-        return dict(sample)
-    with target_call(f"the target's decoder on sample {sample.get('__key__')!r}"):
-        return decoder(dict(sample))
 
 
 class TimedOut(Exception):

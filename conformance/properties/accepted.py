@@ -11,9 +11,9 @@ from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import (
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.rendering import describe_error
+from ..engine.calls import (
     TargetError,
     build_loader,
     closing,
@@ -23,7 +23,7 @@ from ..execution import (
     take,
     worker_context,
 )
-from ..rendering import describe_error
+from ..engine.context import CheckContext
 from ._common import TimedOut, call_with_timeout, fail
 
 CLAIMS = claims_of(

@@ -2,7 +2,7 @@
 
 ``code_execution`` (always runs, even when the target cannot cook clean data): loading a shard whose
 members run code when unpickled, through the target as it is, in a fresh process, in the environment as
-it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`primus_energon.conformance.probe`).
+it is and with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, runs nothing (:mod:`primus_energon.conformance.properties._probe`).
 
 The other claims: a faulty sample (a required member missing, truncated or garbage bytes, a tensor member
 that holds a dict instead, a caption that is not UTF-8) goes through the target's pipeline as in
@@ -38,14 +38,14 @@ from primus_energon.synthetic.schema import (
     TextSpec,
 )
 
-from ..claims import ClaimCheck, ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import TargetError, cook, encode, worker_context
-from ..oracle import holds, identical, is_required
-from ..probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
-from ..results import PropertyFailure, PropertySkipped
-from ..subprocesses import Child, child_target_args, finish, start_runner, stop
-from ._common import MISSING, TimedOut, call_with_timeout, decode_like_target, error_names_sample, get_field
+from ..core.claims import ClaimCheck, ClaimRecorder, Harm, claims_of
+from ..core.results import PropertyFailure, PropertySkipped
+from ..engine.calls import TargetError, cook, encode, worker_context
+from ..engine.context import CheckContext, decode_like_target
+from ..oracles.expectations import holds, identical, is_required
+from ..processes.children import Child, child_target_args, finish, start_runner, stop
+from ._common import MISSING, TimedOut, call_with_timeout, error_names_sample, get_field
+from ._probe import ENVIRONMENTS, EXTRA_MEMBERS, build_probe_dataset, probe_all, read_findings, slug
 
 CLAIMS = claims_of(
     "bad_input",
@@ -112,7 +112,7 @@ def _not_a_tensor(value: bytes) -> bytes:
     """A ``.pth`` that holds a dict with the tensor inside instead of the tensor (a saved state: a step
     counter first, then the tensor): a member of the wrong type that every tensor reader decodes without
     complaint, and that a reader coercing it to "the first tensor in it" turns into the wrong data."""
-    from ..oracle import decode_member
+    from ..oracles.expectations import decode_member
 
     buffer = io.BytesIO()
     torch.save({"step": torch.tensor([7]), "tensor": decode_member(TensorSpec(()), value)}, buffer)
@@ -123,7 +123,7 @@ def _non_finite(value: bytes, fill: float) -> bytes:
     """The same tensor with every fourth value replaced by ``fill`` (a valid file, finite elsewhere)."""
     import torch
 
-    from ..oracle import decode_member
+    from ..oracles.expectations import decode_member
 
     tensor = decode_member(TensorSpec(()), value).clone()
     tensor.view(-1)[::4] = fill
@@ -322,7 +322,7 @@ def _harm(delivered: Delivered, fault: Fault | None) -> str | None:
     dict unwrapped to the tensor it holds). A value of the same kind that is not the data (zeros, a
     default, a coerced tensor, replacement characters) is the defect; so is a field no clean value could
     be followed into."""
-    from ..oracle import decode_member, expectations, locate
+    from ..oracles.expectations import decode_member, expectations, locate
 
     if fault is None:
         return "a silent default"
@@ -378,7 +378,7 @@ def _dropped_by_batch(delivered: Delivered) -> str | None:
     logged or counted (a silent skip). Told by the data first: the faulty sample's own payloads (those
     that differ from the companion's) in the batch, or the payloads both share occurring once; the
     keys only where the batch carries them whole in a list of keys."""
-    from ..payloads import KEY, identity, trace
+    from ..oracles.payloads import KEY, identity, trace
 
     faulty, clean = trace([delivered.faulty, delivered.clean], delivered.batch, ["faulty", "clean"]).samples
     message = "batch() left it out of the batch without an error: a silent skip that nothing logs or counts"
@@ -403,7 +403,7 @@ def _dropped_by_batch(delivered: Delivered) -> str | None:
 
 def _same_data(a: Any, b: Any) -> bool:
     """Whether two outputs carry the same payloads (tensors and texts, keys left out) at the same paths."""
-    from ..payloads import identity, payloads
+    from ..oracles.payloads import identity, payloads
 
     def data(output: Any) -> list[tuple[str, Any]]:
         return sorted((p.path, identity(p)) for p in payloads(output))
@@ -552,7 +552,7 @@ def prestart(ctx: CheckContext) -> _Probe:
 
 class _Probe:
     """The code-execution probe: hostile probe datasets loaded through the target in a fresh process
-    (:func:`primus_energon.conformance.probe.probe_all`), started when made and ended by :meth:`close`; in
+    (:func:`primus_energon.conformance.properties._probe.probe_all`), started when made and ended by :meth:`close`; in
     this process instead, at :meth:`judge`, when the target cannot be rebuilt in another."""
 
     def __init__(self, ctx: CheckContext) -> None:

@@ -25,15 +25,13 @@ from primus_energon.energon_compat import energon_key
 from primus_energon.synthetic import TensorSpec
 from primus_energon.synthetic.manifest import Manifest
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import TargetError, encode, matching_cooker, target_call, worker_context
-from ..fingerprint import fingerprint, first_difference
-from ..oracle import required_values
-from ..oracles.fields import fields
-from ..oracles.tokens import batch_pad_values, mask_fields, pair_problems
-from ..payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
-from ..pipeline import (
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.declarations import declaration_hint, what_changed
+from ..core.rendering import describe_error
+from ..core.results import Inconclusive, PropertySkipped
+from ..engine.calls import matching_cooker, target_call, worker_context
+from ..engine.context import CheckContext
+from ..engine.delivered import (
     assign,
     cast_payloads,
     declared_alternatives,
@@ -44,11 +42,18 @@ from ..pipeline import (
     row_value,
     seeded_payloads,
 )
-from ..rendering import describe_error
-from ..results import Inconclusive, PropertySkipped
-from ..transforms import declaration_hint, recognise, what_changed
-from ._common import MISSING, batch_keys, error_names_sample, fail, field_names, get_field
-from .packing import packing_configured, packs
+from ..oracles.declared import recognise
+from ..oracles.expectations import required_values
+from ..oracles.fields import fields
+from ..oracles.fingerprint import fingerprint, first_difference
+from ..oracles.payloads import KEY, SampleTrace, Trace, padding_problems, required_by, trace
+from ..oracles.tokens import batch_pad_values, mask_fields, pair_problems
+from ._common import batch_keys, error_names_sample, fail, field_names, get_field
+from ._mixed_formats import batch_of as _batch
+from ._mixed_formats import encoded as _encode
+from ._mixed_formats import keys_of as _keys
+from ._mixed_formats import mixed_format_problems
+from ._packing import packing_configured, packs
 
 CLAIMS = claims_of(
     "batch",
@@ -133,41 +138,6 @@ CLAIMS = claims_of(
         "the bytes Energon read",
     ),
 )
-
-
-def _encode(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any]:
-    """Cook and encode samples as Energon does before batching (first matching cooker, the encode stages)."""
-    out = []
-    cookers = task_encoder.cookers
-    for index, sample in enumerate(crude):
-        cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
-        with (
-            target_call(f"cooking and encoding the clean sample {sample.get('__key__')!r}"),
-            worker_context(seed, index),
-        ):
-            cooked = cooker.cook(copy.deepcopy(sample))
-        with target_call(f"encoding the clean sample {sample.get('__key__')!r}"):
-            encoded = encode(task_encoder, cooked, seed=seed, sample_index=index)
-        if len(encoded) != 1:
-            raise PropertySkipped(
-                "encode_sample yields several samples (or none) per input; rows cannot be matched"
-            )
-        out.append(encoded[0])
-    return out
-
-
-def _batch(task_encoder: TaskEncoder, samples: list[Any], seed: int, *, clean: bool = True) -> Any:
-    """``task_encoder.batch(samples)``; on clean samples an exception is the target's (TargetError)."""
-    if not clean:
-        with worker_context(seed, 0):
-            return task_encoder.batch(list(samples))
-    with target_call(f"batch() of {len(samples)} clean samples"), worker_context(seed, 0):
-        return task_encoder.batch(list(samples))
-
-
-def _keys(samples: list[Any]) -> list[str]:
-    raw_keys = [get_field(s, "__key__") for s in samples]
-    return [f"#{i}" if k is MISSING else str(k) for i, k in enumerate(raw_keys)]
 
 
 def _where(sample: SampleTrace) -> str:
@@ -309,7 +279,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 claim.nothing_because(ctx.unreadable() or "no sample could be read")
             else:
 
-                @ctx.profile.hypothesis_settings()
+                @ctx.hypothesis_settings()
                 @given(rows=st.lists(st.integers(0, len(samples) - 1), min_size=1, max_size=8, unique=True))
                 def contract(rows: list[int]) -> None:
                     chosen = [samples[i] for i in rows]  # noqa: B023 (called right below, in this iteration)
@@ -591,114 +561,6 @@ def _own_encode_batch(task_encoder: TaskEncoder) -> bool:
 
     method = getattr(type(task_encoder), "encode_batch", None)
     return method is not None and method not in (TaskEncoder.encode_batch, DefaultTaskEncoder.encode_batch)
-
-
-def mixed_format_problems(ctx: CheckContext) -> dict[str, Any]:
-    """What goes wrong when the target's formats meet in one batch (``{"raised", "lost", "problems",
-    "examined", "batched", "how"}``: the errors batch() raised, the fields it lost, both),
-    computed once per context (the blend property asks too). Raises PropertySkipped when a format alone
-    cannot be batched (the rows claim reports that)."""
-    return ctx.cached("mixed-formats", lambda: _mixed_formats(ctx))
-
-
-def _mixed_formats(ctx: CheckContext) -> dict[str, Any]:
-    task_encoder = ctx.target.make_task_encoder()
-    formats: dict[str, list[Any]] = {}
-    alone: dict[str, set[str]] = {}  # format -> the payload paths a batch of that format alone carries
-    try:
-        for encoding in ctx.encodings():
-            name = encoding or "preencoded"
-            formats[name] = _encode(task_encoder, ctx.crude(ctx.main_dataset(encoding), limit=3), ctx.seed)
-            if len(formats[name]) < 2:
-                raise PropertySkipped(f"fewer than 2 {name} samples could be read")
-            alone_batch = _batch(task_encoder, formats[name][:2], ctx.seed)
-            alone[name] = {
-                path
-                for sample in trace(formats[name][:2], alone_batch).samples
-                for path, places in sample.places.items()
-                if places and path != KEY
-            }
-    except TargetError as error:
-        raise PropertySkipped(f"blocked by batch/rows: {error.message.splitlines()[0][:200]}") from error
-    names = list(formats)
-    if type(task_encoder).batch_group_criterion is not TaskEncoder.batch_group_criterion:
-        groups: dict[str, set[Any]] = {}
-        for name, samples in formats.items():
-            with (
-                target_call(f"batch_group_criterion() of a clean {name} sample"),
-                worker_context(ctx.seed, 0),
-            ):
-                groups[name] = {_group_key(task_encoder.batch_group_criterion(s)) for s in samples}
-        shared = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if groups[a] & groups[b]]
-        if not shared:
-            count = sum(len(samples) for samples in formats.values())
-            how = "batch_group_criterion keeps the formats apart"
-            return {"raised": [], "lost": [], "problems": [], "examined": count, "batched": count, "how": how}
-    raised: list[str] = []
-    lost: list[str] = []
-    examined = batched = 0
-    for first in names:
-        mixed = _interleave(first, formats)
-        kinds = [name for name, _ in mixed]
-        samples = [sample for _, sample in mixed]
-        label = f"a batch mixing {' and '.join(names)} samples that begins with a {first} sample"
-        examined += 1
-        try:
-            with worker_context(ctx.seed, 0):
-                batch = task_encoder.batch(list(samples))
-        except Exception as error:
-            raised.append(
-                f"batch() of {label} raised {describe_error(error, 240)}; a blend "
-                "of these datasets stops training at its first mixed batch"
-            )
-            continue
-        batched += 1
-        lost += _kept(batch, samples, kinds, alone, label)
-    raised, lost = list(dict.fromkeys(raised)), list(dict.fromkeys(lost))
-    return {
-        "raised": raised,
-        "lost": lost,
-        "problems": raised + lost,
-        "examined": examined,
-        "batched": batched,
-        "how": "mixed batches",
-    }
-
-
-def _group_key(criterion: Any) -> Any:
-    key = criterion[0] if isinstance(criterion, tuple) else criterion
-    try:
-        hash(key)
-    except TypeError:
-        return repr(key)
-    return key
-
-
-def _interleave(first: str, formats: dict[str, list[Any]]) -> list[tuple[str, Any]]:
-    """One sample of each format in turn, ``first`` first, as a blend mixes them."""
-    order = [first] + [name for name in formats if name != first]
-    out = []
-    for index in range(max(len(samples) for samples in formats.values())):
-        out += [(name, formats[name][index]) for name in order if index < len(formats[name])]
-    return out
-
-
-def _kept(
-    batch: Any, samples: list[Any], kinds: list[str], alone: dict[str, set[str]], label: str
-) -> list[str]:
-    """What a mixed batch loses: a payload of a sample that a batch of its format alone carries and this
-    batch does not, and fields of different samples mixed up (the payload oracle: by value, any layout)."""
-    keys = [f"{kind} {key}" for kind, key in zip(kinds, _keys(samples), strict=True)]
-    result = trace(samples, batch, keys)
-    problems = []
-    for sample, kind in zip(result.samples, kinds, strict=True):
-        for path, places in sample.places.items():
-            if not places and path in alone.get(kind, set()):
-                problems.append(
-                    f"in {label}, the {kind} sample {sample.key!r}'s {path!r} is nowhere in the batch, though a batch "
-                    f"of {kind} samples alone carries it: the {kind} samples' {path} are lost"
-                )
-    return problems + [f"in {label}: {problem}" for problem in result.mixed()]
 
 
 def _snapshot(crude: dict) -> dict[str, Any]:

@@ -50,13 +50,13 @@ from megatron.energon import DefaultTaskEncoder, TaskEncoder
 from primus_energon.datasets.metadataset import Leaf, duplicate_leaves
 from primus_energon.synthetic import Schema
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..data import infer_schema, metadataset_leaves
-from ..execution import build_loader, closing, target_call
-from ..recording import instrument, read_records
-from ..rendering import describe_error
-from ..stats import chi_square_test, cohen_w, required_n
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.rendering import describe_error
+from ..data.workspace import infer_schema, metadataset_leaves
+from ..engine.calls import build_loader, closing, target_call
+from ..engine.context import CheckContext
+from ..engine.recording import instrument, read_records
+from ..oracles.stats import chi_square_test, cohen_w, required_n
 from ._common import MISSING, fail, get_field
 
 __all__ = ["check", "CLAIMS", "ALPHA", "POWER"]
@@ -133,7 +133,7 @@ def _describe_batch(samples: list[Any]) -> dict[str, Any]:
 
 def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskEncoder:
     """A fresh TaskEncoder of the target (an instance target is copied) that records what it cooked and
-    batched into ``sink`` (:func:`~primus_energon.conformance.recording.instrument`). Unless ``ship`` or the
+    batched into ``sink`` (:func:`~primus_energon.conformance.engine.recording.instrument`). Unless ``ship`` or the
     TaskEncoder post-processes batches, batches are not shipped from the workers (counts come from records)."""
     task_encoder = ctx.target.make_task_encoder()
     if task_encoder is ctx.target.obj:  # a TaskEncoder instance target: instrument a copy, not the user's
@@ -456,7 +456,7 @@ def _duplicate_entry(ctx: CheckContext, encoding: str | None, schema: Schema | N
 def _mixes_formats(ctx: CheckContext) -> bool:
     """Whether the target's formats can share a batch (batch/mixed_formats holds): then one blend mixes
     them. A target whose mixed batches fail is told so by that claim once; its blends take one format each."""
-    from .batch import mixed_format_problems
+    from ._mixed_formats import mixed_format_problems
 
     try:
         return not mixed_format_problems(ctx)["problems"]

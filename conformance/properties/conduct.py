@@ -1,5 +1,5 @@
 """Property 17, conduct: the target leaves nothing behind. After each property the suite looks at what the
-target's code left running or wrote (:mod:`primus_energon.conformance.conduct`); this property, run last,
+target's code left running or wrote (:mod:`primus_energon.conformance.engine.leftovers`); this property, run last,
 reports it, naming the property after which each was found:
 
 * ``threads``: a non-daemon thread still running keeps a training process from exiting when training ends
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..results import Inconclusive
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.results import Inconclusive
+from ..engine.context import CheckContext
 
 __all__ = ["check", "CLAIMS", "OBSERVATIONS"]
 

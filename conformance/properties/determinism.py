@@ -3,14 +3,14 @@ the same seed deliver identical batches (keys and the bytes of every tensor and 
 changes the order; for 0, 1 and 2 workers (the profile's ``determinism_workers``).
 
 Two children (the runner's ``determinism``, :func:`run_child` below, each forked from the fork server of its
-hash seed: :func:`~primus_energon.conformance.subprocesses.start_runner`) run concurrently: seed S with
+hash seed: :func:`~primus_energon.conformance.processes.children.start_runner`) run concurrently: seed S with
 ``PYTHONHASHSEED=1``; seed S, then seed S+1, with ``PYTHONHASHSEED=2``. Each builds the target from its
 spec and reads the first batches of a train-mode loader for every worker count in turn. Energon's order
 depends on ``num_workers``, so batches are compared per worker count, never across.
 
 "Another seed gives another order" is asked of a target only where Energon itself gives one: on a user's
 dataset (``--conformance-dataset``) the second child also reads, under the same loader settings, the
-suite's pass-through reference (:class:`~primus_energon.conformance.data.KeyReader`), for both seeds.
+suite's pass-through reference (:class:`~primus_energon.conformance.data.workspace.KeyReader`), for both seeds.
 Energon's training order shuffles the shard slices each worker reads; a worker with a single slice (one
 train shard, or as many workers as train shards) reads it in one order for any seed. For a worker count
 where the reference delivers the user's dataset in one order for both seeds, the claim is checked on a
@@ -22,7 +22,6 @@ there either, the claim does not apply (skipped, with the reason).
 from __future__ import annotations
 
 import argparse
-import ast
 import itertools
 import json
 import os
@@ -33,13 +32,13 @@ from typing import Any
 
 from primus_energon.storage import dataset_path
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..data import is_metadataset
-from ..fingerprint import first_difference
-from ..results import Inconclusive, PropertySkipped
-from ..subprocesses import HASHSEEDS, Background, child_target_args, finish
-from ..target import Target
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.results import Inconclusive, PropertySkipped
+from ..data.workspace import is_metadataset
+from ..engine.context import CheckContext
+from ..engine.target import Target
+from ..oracles.fingerprint import first_difference, parse_fingerprint
+from ..processes.children import HASHSEEDS, Background, child_target_args, finish
 from ._common import batch_keys
 
 CLAIMS = claims_of(
@@ -77,7 +76,7 @@ def prestart(ctx: CheckContext) -> Background:
     common += ["--batch-size", str(BATCH_SIZE)]
     packing = _packing_buffer(ctx)
     if packing:
-        from ..execution import packing_settings
+        from ..engine.calls import packing_settings
 
         # the settings the target's packing loaders need (--conformance-packing-buffer-size / -batch-size,
         # the TaskEncoder's own packing_buffer_size), which a fresh process rebuilding it from its spec lacks
@@ -126,7 +125,8 @@ def _packing_buffer(ctx: CheckContext) -> int | None:
     each process must be the same packs."""
     if ctx.target.kind != "task_encoder":
         return None
-    from .packing import BUFFER, packing_configured
+    from ._packing import DEFAULT_BUFFER as BUFFER
+    from ._packing import packing_configured
 
     if packing_configured(ctx.target, ctx.target.make_task_encoder()) is False:
         return None  # it does not pack, or is built not to (packing_buffer_size None)
@@ -360,7 +360,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     }
 
 
-# --- the child half: python -m primus_energon.conformance.runner determinism ---------------------------------
+# --- the child half: python -m primus_energon.conformance.processes.runner determinism ---------------------------------
 
 
 def add_child_arguments(parser: argparse.ArgumentParser) -> None:
@@ -449,9 +449,9 @@ def _target_run(
 ) -> dict[str, Any]:
     """The first ``--batches`` batches of the target's train-mode loader: digests, keys, fingerprints,
     and the order its cookers saw."""
-    from ..execution import build_loader, closing
-    from ..fingerprint import digest, fingerprint
-    from ..recording import cook_order, instrument, read_records
+    from ..engine.calls import build_loader, closing
+    from ..engine.recording import cook_order, instrument, read_records
+    from ..oracles.fingerprint import digest, fingerprint
 
     task_encoder = instrument(target.make_task_encoder(), sink, cooked_only=True)
     loader = build_loader(
@@ -480,9 +480,9 @@ def _reference_run(
     target: Target, options: argparse.Namespace, dataset: str, seed: int, num_workers: int
 ) -> list[list[str]]:
     """The keys of the first ``--batches`` batches Energon delivers for the suite's pass-through reference
-    (:class:`~primus_energon.conformance.data.KeyReader`) under the target's loader settings."""
-    from ..data import KeyReader
-    from ..execution import build_loader, closing
+    (:class:`~primus_energon.conformance.data.workspace.KeyReader`) under the target's loader settings."""
+    from ..data.workspace import KeyReader
+    from ..engine.calls import build_loader, closing
 
     loader = build_loader(
         target,
@@ -500,13 +500,3 @@ def _reference_run(
             if len(batches) >= options.batches:
                 break
     return batches
-
-
-def parse_fingerprint(text: str | None) -> Any:
-    """A fingerprint back from its ``repr`` (as :func:`run_child` writes it), or None."""
-    if text is None:
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None

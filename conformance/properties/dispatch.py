@@ -27,12 +27,12 @@ from megatron.energon import Cooker, TaskEncoder
 
 from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import build_loader, closing, matching_cooker
-from ..recording import instrument, read_records
-from ..rendering import describe_error, error_text
-from ..results import PropertySkipped
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.rendering import describe_error, error_text
+from ..core.results import PropertySkipped
+from ..engine.calls import build_loader, closing, matching_cooker
+from ..engine.context import CheckContext
+from ..engine.recording import instrument, read_records
 
 __all__ = ["check", "shadowed_cookers", "describe_cooker"]
 
@@ -218,7 +218,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     outcomes: dict[str, list[str | None]] = {"first_match": [], "no_match": []}
     overrides = st.dictionaries(st.sampled_from(keys), st.sampled_from(values), max_size=len(keys))
 
-    @ctx.profile.hypothesis_settings(max_examples=min(ctx.profile.max_examples, _MAX_EXAMPLES))
+    @ctx.hypothesis_settings(max_examples=min(ctx.profile.max_examples, _MAX_EXAMPLES))
     @given(encoding=st.sampled_from(encodings), overrides=overrides)
     def dispatch(encoding: str | None, overrides: dict[str, Any]) -> None:
         claim, problem = _run(ctx, cookers, encoding, overrides)

@@ -18,12 +18,15 @@ from hypothesis import strategies as st
 
 from primus_energon.synthetic.schema import FLOAT_DTYPES, JsonSpec, NpySpec, PickleSpec, TensorSpec, TextSpec
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import TargetError, cook
-from ..flow import Flow
-from ..judge import MemberJudge
-from ..oracle import (
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.declarations import Transform, declaration_hint, field_transform
+from ..core.results import Inconclusive, PropertyFailure
+from ..engine.calls import TargetError, cook
+from ..engine.context import CheckContext, decode_like_target
+from ..engine.flow import Flow
+from ..engine.judge import MemberJudge
+from ..oracles.declared import outcome, recognise
+from ..oracles.expectations import (
     MISSING,
     NESTED,
     STACKED,
@@ -38,10 +41,8 @@ from ..oracle import (
     locate,
     raw_holder,
 )
+from ..oracles.fields import field_at
 from ..oracles.members import member_form
-from ..results import Inconclusive, PropertyFailure
-from ..transforms import Transform, declaration_hint, field_at, field_transform, recognise
-from ._common import decode_like_target
 
 CLAIMS = claims_of(
     "fidelity",
@@ -145,7 +146,7 @@ def _as_declared(expected: Expectation, output: Any, transforms: Sequence[Transf
     """Whether a declared field holds the expectation as its declaration allows (kept or transformed)."""
     for transform in transforms:
         value = field_at(output, transform.field)
-        if value is not MISSING and transform.outcome(expected.value, value) is not None:
+        if value is not MISSING and outcome(transform, expected.value, value) is not None:
             return True
     return False
 
@@ -291,7 +292,7 @@ def _check_dataset(
     schema: Any = None,
 ) -> dict | None:
     """Run every sample of ``path`` through the per-sample pipeline (the cooker and the first encode stage,
-    on one held TaskEncoder) and judge where each member went (:class:`~primus_energon.conformance.judge.
+    on one held TaskEncoder) and judge where each member went (:class:`~primus_energon.conformance.engine.judge.
     MemberJudge`: identity, then flow, then form); returns the first raw sample (a template)."""
     raw = ctx.raw(path)
     where = f"dataset {label} ({path.name})"
@@ -486,7 +487,7 @@ def _hypothesis_payloads(
     )
     counter = {"n": 0}
 
-    @ctx.profile.hypothesis_settings()
+    @ctx.hypothesis_settings()
     @given(data=st.data())
     def run(data: Any) -> None:
         sample = dict(template)

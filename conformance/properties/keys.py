@@ -5,9 +5,9 @@ as advice, ``__restore_key__``, ``__subflavors__`` and ``__sources__`` (``basic_
 
 from __future__ import annotations
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import cook
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..engine.calls import cook
+from ..engine.context import CheckContext
 from ..oracles.plain import plain
 from ._common import BASIC_KEYS, MISSING, get_field
 

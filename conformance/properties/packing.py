@@ -21,15 +21,16 @@ from typing import Any
 
 from megatron.energon import TaskEncoder
 
-from .. import rngs
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import build_loader, closing, packing_settings, target_call
-from ..fingerprint import fingerprint, first_difference
-from ..oracle import required_values
-from ..payloads import Trace, padding_problems, required_by, trace
-from ..rendering import describe_error
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.rendering import describe_error
+from ..engine import rngs
+from ..engine.calls import build_loader, closing, packing_settings, target_call
+from ..engine.context import CheckContext
+from ..oracles.expectations import required_values
+from ..oracles.fingerprint import fingerprint, first_difference
+from ..oracles.payloads import Trace, padding_problems, required_by, trace
 from ._common import fail, get_field
+from ._packing import DEFAULT_BUFFER, packing_configured, packs
 
 CLAIMS = claims_of(
     "packing",
@@ -85,34 +86,11 @@ CLAIMS = claims_of(
     ),
 )
 
-BUFFER = 8
+BUFFER = DEFAULT_BUFFER
 BATCH_SIZE = 2
 NUM_SAMPLES = 32
 SAVE_AT = 2
 CONTINUATION = 3
-
-
-def packs(task_encoder: TaskEncoder) -> bool:
-    """Whether the TaskEncoder overrides both packing methods (Energon then packs with packing_buffer_size)."""
-    return all(
-        getattr(type(task_encoder), name) is not getattr(TaskEncoder, name)
-        for name in ("select_samples_to_pack", "pack_selected_samples")
-    )
-
-
-def packing_configured(target: Any, task_encoder: TaskEncoder) -> bool | None:
-    """How the TaskEncoder is configured to run, where it says so: True when it packs and is built with a
-    positive ``packing_buffer_size`` attribute (or ``--conformance-packing-buffer-size`` gives one), False
-    when it has the attribute and it is None or 0 (training scripts pass the same value to the loader:
-    Energon then never packs), None when it does not say (no such attribute)."""
-    if not packs(task_encoder):
-        return False
-    if getattr(target, "packing_buffer_size", None) is not None:
-        return True
-    if not hasattr(task_encoder, "packing_buffer_size"):
-        return None
-    own = task_encoder.packing_buffer_size
-    return isinstance(own, int) and not isinstance(own, bool) and own > 0
 
 
 def _lost(result: Trace, required: Any, lacked: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:

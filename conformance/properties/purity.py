@@ -13,11 +13,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .. import rngs
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..fingerprint import fingerprint, first_difference
-from ..flow import first_stage
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..engine import rngs
+from ..engine.context import CheckContext
+from ..engine.flow import first_stage
+from ..oracles.fingerprint import fingerprint, first_difference
 from ._common import fail
 
 CLAIMS = claims_of(
@@ -154,7 +154,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             claim.nothing_because(ctx.unreadable() or "the dataset has no samples")
         else:
 
-            @ctx.profile.hypothesis_settings()
+            @ctx.hypothesis_settings()
             @given(order=st.permutations(range(len(crude))))
             def any_order(order: list[int]) -> None:
                 for index in order:

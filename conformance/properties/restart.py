@@ -27,7 +27,7 @@ epoch was reordered across the epoch's end (advice).
 Runs: a save run at world size 2 and one at world size 1 start ahead of the checks (``prestart``); when they
 end, a thread of the parent starts the restore runs, so all four overlap the properties checked before this
 one. Each process is forked from the fork server of its hash seed
-(:func:`~primus_energon.conformance.subprocesses.start_runner`); the commands in messages reproduce them with
+(:func:`~primus_energon.conformance.processes.children.start_runner`); the commands in messages reproduce them with
 ``torch.distributed.run``.
 """
 
@@ -44,17 +44,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..forkserver import ForkServers
-from ..results import PropertySkipped
-from ..subprocesses import (
-    HASHSEEDS,
-    Background,
-    Child,
-    child_target_args,
-    finish,
-)
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.results import PropertySkipped
+from ..engine.context import CheckContext
+from ..processes.children import HASHSEEDS, Background, Child, child_target_args, finish
+from ..processes.forkserver import ForkServers
 from ._common import fail
 
 __all__ = ["check", "prestart", "CLAIMS", "add_child_arguments", "run_child"]
@@ -210,7 +204,7 @@ class _Runs:
         return self.background.info
 
     def start(self, name: str, args: list[str], **options: Any) -> None:
-        """:func:`~primus_energon.conformance.subprocesses.start_runner` the restart subcommand as ``name``
+        """:func:`~primus_energon.conformance.processes.children.start_runner` the restart subcommand as ``name``
         (not once :meth:`close` began)."""
         with self.lock:
             if not self.closed:
@@ -230,7 +224,7 @@ def _data(ctx: CheckContext, root: Path, changed: bool) -> dict[str, str]:
     ``plus`` and ``minus`` variants, which the restore run swaps in at ``config``'s path."""
     from primus_energon.synthetic import builtin_schema
 
-    from ..data import SMALL_SHAPES
+    from ..data.workspace import SMALL_SHAPES
 
     out: dict[str, str] = {}
     if ctx.target.kind == "wrapper":
@@ -392,8 +386,7 @@ def _judge_unchanged(
     claim: Any, saved: dict[int, dict[str, Any]], restored: dict[int, dict[str, Any]]
 ) -> None:
     """``saved``: each rank's save record of the target's data; ``restored``: each rank's restore results."""
-    from ..fingerprint import first_difference
-    from .determinism import parse_fingerprint
+    from ..oracles.fingerprint import first_difference, parse_fingerprint
 
     for rank in sorted(saved):
         save = saved[rank]
@@ -652,7 +645,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     return details
 
 
-# --- the child half: python -m primus_energon.conformance.runner restart --phase save|restore ... --------
+# --- the child half: python -m primus_energon.conformance.processes.runner restart --phase save|restore ... --------
 
 
 def add_child_arguments(parser: argparse.ArgumentParser) -> None:
@@ -766,7 +759,7 @@ class _Subject:
 
 
 def _batch_record(batch: Any, full: bool) -> dict[str, Any]:
-    from ..fingerprint import digest, fingerprint
+    from ..oracles.fingerprint import digest, fingerprint
     from ._common import batch_keys
 
     record: dict[str, Any] = {"keys": batch_keys(batch), "digest": digest(batch)}
@@ -799,7 +792,7 @@ def _save_phase(
 ) -> dict:
     from primus_energon import EncodedDiffusionTaskEncoder
 
-    from ..execution import build_loader, closing
+    from ..engine.calls import build_loader, closing
 
     out: dict[str, Any] = {}
     for name, path, reference in _jobs(plan, world):
@@ -846,7 +839,7 @@ def _restore_phase(
 ) -> dict:
     from primus_energon import EncodedDiffusionTaskEncoder
 
-    from ..execution import build_loader, closing
+    from ..engine.calls import build_loader, closing
 
     out: dict[str, Any] = {}
     data = plan["data"]
@@ -909,7 +902,7 @@ def run_child(target: Any, options: argparse.Namespace) -> None:
     plan says, writing ``rank<r>.json`` into ``--out``."""
     import os
 
-    from ..target import load_object
+    from ..engine.target import load_object
 
     plan = json.loads(Path(options.plan).read_text(encoding="utf-8"))
     hooks = [load_object(spec) for spec in options.hook]

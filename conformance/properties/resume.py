@@ -28,12 +28,13 @@ from torch.utils.data._utils.collate import default_convert
 from primus_energon import MegatronDataloaderWrapper, ResumeUncheckedWarning
 from primus_energon.resume import unpack_state
 
-from .. import breadcrumbs, rngs
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import build_loader, closing, target_call
-from ..fingerprint import fingerprint, first_difference
-from ..rendering import describe_error
+from ..core import breadcrumbs
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.rendering import describe_error
+from ..engine import rngs
+from ..engine.calls import build_loader, closing, target_call
+from ..engine.context import CheckContext
+from ..oracles.fingerprint import fingerprint, first_difference
 from ._common import MISSING, batch_keys, fail, get_field
 
 __all__ = ["check", "CLAIMS", "BATCH_SIZE", "NUM_SAMPLES", "CONTINUATION"]
@@ -109,7 +110,7 @@ class _Reference:
     restore_keys: list[Any]
 
 
-#: planted global-generator states (:mod:`~primus_energon.conformance.rngs`) of the uninterrupted run and of
+#: planted global-generator states (:mod:`~primus_energon.conformance.engine.rngs`) of the uninterrupted run and of
 #: the restored ones, plus the worker count
 _PLANT_REFERENCE, _PLANT_RESTORED = 30_000, 31_000
 
@@ -235,7 +236,7 @@ def _drawn_steps(ctx: CheckContext, explicit: list[int], upper: int) -> list[int
         return []
     drawn: list[int] = []
 
-    @settings(ctx.profile.hypothesis_settings(max_examples=ctx.profile.resume_draws), phases=[Phase.generate])
+    @settings(ctx.hypothesis_settings(max_examples=ctx.profile.resume_draws), phases=[Phase.generate])
     @given(step=st.integers(1, upper).filter(lambda k: k not in explicit))
     def draw(step: int) -> None:
         if step not in drawn:

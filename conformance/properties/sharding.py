@@ -7,10 +7,10 @@ the data.
 In-process, each rank gets its own loader (``rank=r, world_size=ws``, train mode, ``repeat=False``) over a
 dataset of 46 samples with batch size 3, so no world size divides it evenly. Keys come from the batches
 (``__key__``) when the target's batches expose them, else from the cookers (recorded after each cook
-returned, :func:`~primus_energon.conformance.recording.instrument`; with ``repeat=False`` the whole epoch is
+returned, :func:`~primus_energon.conformance.engine.recording.instrument`; with ``repeat=False`` the whole epoch is
 consumed, so what was cooked is what was delivered, samples dropped after cooking aside). The 2-rank run's
 ranks are children (the runner's ``shard``, :func:`run_child` below, forked from a fork server:
-:func:`~primus_energon.conformance.subprocesses.start_runner`) that read their epoch the same way.
+:func:`~primus_energon.conformance.processes.children.start_runner`) that read their epoch the same way.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from typing import Any
 from primus_energon.energon_compat import energon_key
 from primus_energon.synthetic.manifest import Manifest
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..data import read_crude
-from ..execution import build_loader, closing, target_call
-from ..recording import instrument, read_records
-from ..results import PropertySkipped
-from ..subprocesses import Background, Child, child_target_args, finish
-from ..target import Target
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.results import PropertySkipped
+from ..data.workspace import read_crude
+from ..engine.calls import build_loader, closing, target_call
+from ..engine.context import CheckContext
+from ..engine.recording import instrument, read_records
+from ..engine.target import Target
+from ..processes.children import Background, Child, child_target_args, finish
 from ._common import batch_keys, fail
 
 CLAIMS = claims_of(
@@ -301,7 +301,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
     return details
 
 
-# --- the child half: one rank of python -m torch.distributed.run ... -m primus_energon.conformance.runner shard
+# --- the child half: one rank of python -m torch.distributed.run ... -m primus_energon.conformance.processes.runner shard
 
 
 def add_child_arguments(parser: argparse.ArgumentParser) -> None:

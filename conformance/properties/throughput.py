@@ -25,9 +25,9 @@ from typing import Any
 
 from primus_energon.rawread import time_reads
 
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import build_loader, closing, matching_cooker, take, target_call, worker_context
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..engine.calls import build_loader, closing, matching_cooker, take, target_call, worker_context
+from ..engine.context import CheckContext
 from ._common import fail
 
 __all__ = ["check", "CLAIMS", "NUM_SAMPLES", "BATCH_SIZE", "EPOCHS"]

@@ -21,25 +21,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import rngs
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..execution import TargetError, cook, encode, target_call
-from ..fingerprint import fingerprint
-from ..oracle import MISSING, Expectation, expectations, is_required
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..core.declarations import Transform, declaration_hint
+from ..engine import rngs
+from ..engine.calls import TargetError, cook, encode, target_call
+from ..engine.context import CheckContext
+from ..engine.delivered import delivered_batches, row_value
+from ..oracles.compare import same
+from ..oracles.declared import always, recognise
+from ..oracles.expectations import MISSING, Expectation, expectations, is_required
+from ..oracles.fields import field_at
+from ..oracles.fingerprint import fingerprint
 from ..oracles.members import declared_outcome, member_form
+from ..oracles.payloads import KEY, identity, payloads
 from ..oracles.plain import plain
-from ..payloads import KEY, identity, payloads
-from ..pipeline import delivered_batches, row_value
-from ..transforms import (
-    Transform,
-    binomial_p_value,
-    binomial_range,
-    declaration_hint,
-    field_at,
-    recognise,
-    same,
-)
+from ..oracles.stats import binomial_p_value, binomial_range
 from ._common import batch_keys
 
 __all__ = ["check", "CLAIMS", "ALPHA"]
@@ -380,7 +376,7 @@ def _rate(
     summary: dict[str, Any],
 ) -> None:
     if transform.rate is None:
-        due = [d for d in judged if transform.always(clean[d.key])]
+        due = [d for d in judged if always(transform, clean[d.key])]
         claim.examined(len(due))
         missed = [d for d in due if d.outcomes[transform.field] == "kept"]
         if not due:

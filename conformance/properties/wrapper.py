@@ -23,12 +23,12 @@ from typing import Any
 
 from primus_energon.synthetic import builtin_schema
 
-from .. import rngs
-from ..claims import ClaimRecorder, Harm, claims_of
-from ..context import CheckContext
-from ..data import SMALL_SHAPES
-from ..execution import build_loader, closing, target_call
-from ..subprocesses import child_env, start, stop
+from ..core.claims import ClaimRecorder, Harm, claims_of
+from ..data.workspace import SMALL_SHAPES
+from ..engine import rngs
+from ..engine.calls import build_loader, closing, target_call
+from ..engine.context import CheckContext
+from ..processes.children import child_env, start, stop
 from ._common import batch_keys, fail
 
 CLAIMS = claims_of(
@@ -93,7 +93,7 @@ _CALLING = b"CALLING next()"
 #: the child half of the spin checks: wraps [] or an exhausted iterator and calls next() once too often
 _CHILD = """
 import sys
-from primus_energon.conformance.target import resolve_target
+from primus_energon.conformance.engine.target import resolve_target
 target = resolve_target(sys.argv[1], kind="wrapper")  # a class, or a factory returning one
 source = [] if sys.argv[2] == "empty" else iter([1, 2])
 wrapped = target.make_wrapper(source)
@@ -255,7 +255,7 @@ def _spin_verdict(claims: ClaimRecorder, case: str, child: Any) -> dict[str, Any
         return {"case": case, "outcome": last}
 
 
-#: the planted global-generator states (:mod:`~primus_energon.conformance.rngs`) of the resume claims' runs
+#: the planted global-generator states (:mod:`~primus_energon.conformance.engine.rngs`) of the resume claims' runs
 _PLANT = 40_000
 
 

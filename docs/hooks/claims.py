@@ -1,5 +1,5 @@
 """mkdocs hook: replaces the marker in docs/claims.md with the claim reference generated from the code
-(``primus_energon.conformance.reference``), at every build."""
+(``primus_energon.conformance.verdict.reference``), at every build."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    from primus_energon.conformance.reference import MARKER, claim_reference_markdown
+    from primus_energon.conformance.verdict.reference import MARKER, claim_reference_markdown
 
     if MARKER not in markdown:
         return markdown

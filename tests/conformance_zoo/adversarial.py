@@ -61,7 +61,7 @@ def cook_slow_comparison(sample: dict) -> Any:
 @stateless
 def cook_forges_in_a_call(sample: dict) -> Any:
     """Makes every recorded problem vanish the first time it is called."""
-    from primus_energon.conformance import claims
+    from primus_energon.conformance.core import claims
 
     claims.ClaimCheck.problem = lambda self, message, *, sample=None: None
     return _damaged(sample)

@@ -9,7 +9,7 @@ from typing import Any
 
 from megatron.energon import stateless
 
-from primus_energon.conformance import claims
+from primus_energon.conformance.core import claims
 from tests.conformance_zoo.adversarial import _damaged
 
 claims.ClaimCheck.problem = lambda self, message, *, sample=None: None
