@@ -38,8 +38,8 @@ class RunOptions:
     min_samples_per_s: float | None = None
     #: advice and inconclusive claims fail too
     strict: bool = False
-    #: resume hooks, ``MODULE:ATTR`` each
-    resume_hooks: tuple[str, ...] = ()
+    #: resume hooks as given: ``"SAVE,LOAD"``, or the two ``MODULE:FUNC`` (None: none)
+    resume_hooks: str | tuple[str, ...] | None = None
     #: declared transforms, one line each
     transforms: tuple[str, ...] = ()
     #: seconds one call into the target may take (None: the suite's default)
@@ -57,8 +57,10 @@ class RunOptions:
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("schema", "resume_hooks", "transforms", "watch_exclude"):
+        for name in ("schema", "transforms", "watch_exclude"):
             object.__setattr__(self, name, _strings(getattr(self, name)))
+        if self.resume_hooks is not None and not isinstance(self.resume_hooks, str):
+            object.__setattr__(self, "resume_hooks", tuple(str(hook) for hook in self.resume_hooks))
         if self.watch is not None:
             object.__setattr__(self, "watch", str(self.watch))
 
@@ -72,6 +74,9 @@ class RunOptions:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**{k: v for k, v in options.items() if not (k == "transforms" and v is None)})
 
+    def _hooks(self) -> str | list[str] | None:
+        return list(self.resume_hooks) if isinstance(self.resume_hooks, tuple) else self.resume_hooks
+
     def target_options(self) -> dict[str, Any]:
         """``resolve_target``'s keyword arguments."""
         return {
@@ -84,7 +89,7 @@ class RunOptions:
         """What a supervised process needs to build a target and check its data format."""
         return {
             "options": self.target_options(),
-            "resume_hooks": list(self.resume_hooks),
+            "resume_hooks": self._hooks(),
             "encoding": self.encoding,
             "schema": list(self.schema),
             "dataset": self.dataset,
@@ -102,7 +107,7 @@ class RunOptions:
             "dataset": self.dataset,
             "min_samples_per_s": self.min_samples_per_s,
             "strict": self.strict,
-            "resume_hooks": list(self.resume_hooks),
+            "resume_hooks": self._hooks(),
             "transforms": list(self.transforms),
             "watch": self.watch,
             "watch_exclude": list(self.watch_exclude),
