@@ -132,8 +132,27 @@ def test_records_keep_their_fields_and_class_name_and_copies_are_taken() -> None
             self._private = 1
             self.method = print
 
+        @property
+        def caption(self) -> str:
+            return TrapStr("a property")
+
+        @property
+        def broken(self) -> str:
+            raise RuntimeError("no field")
+
     record = plain(Plainish())
-    assert isinstance(record, Record) and set(record) == {"image"} and type_name(record) == "Plainish"
+    assert (
+        isinstance(record, Record) and set(record) == {"image", "caption"} and type_name(record) == "Plainish"
+    )
+    assert type(record["caption"]) is str and record["caption"] == "a property"
+
+
+def test_standard_library_values_are_kept_and_nothing_explodes() -> None:
+    import datetime
+    import pathlib
+
+    when, where = datetime.date(2026, 12, 7), pathlib.PurePosixPath("/data/shard-000.tar")
+    assert plain({"when": when, "where": where}) == {"when": when, "where": where}
 
 
 def test_images_functions_and_nesting_past_the_budget() -> None:
