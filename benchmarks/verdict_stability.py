@@ -4,8 +4,9 @@ ones) checked ``--runs`` times, each run in a fresh interpreter, and the verdict
     python -m benchmarks.verdict_stability --runs 5 --out benchmarks/results/verdict-stability.json
 
 One run is one fresh ``python -c`` that checks every target in turn with the Python API, in process, on the
-properties the zoo's own tests use (``tests/test_conformance_zoo.FAST_PROPERTIES``), ``quick`` profile, each
-target in a workspace of its own; ``--parallel`` runs go side by side. A target is *stable* when every run
+properties the zoo's own tests use (a correct target on ``tests/test_conformance_zoo.FAST_PROPERTIES``, a
+broken one on the property of the claim meant for it), ``quick`` profile, each target in a workspace of its
+own; ``--parallel`` runs go side by side. A target is *stable* when every run
 gives it the same verdict on every claim; the report lists each unstable one with the claims that differed
 and their verdicts per run. (The properties that start fresh processes are covered, three runs each, by
 ``tests/test_conformance_same_verdict.py`` for the targets whose verdict could depend on luck.)
@@ -37,16 +38,16 @@ from tests.conformance_zoo.broken import BROKEN_TARGETS
 from tests.conformance_zoo.correct import CORRECT_TARGETS
 from tests.test_conformance_zoo import FAST_PROPERTIES
 check = {"cooker": check_cooker, "task_encoder": check_task_encoder, "wrapper": check_wrapper}
-targets = {f"correct: {n}": (k, s, o) for n, (k, s, o) in CORRECT_TARGETS.items()}
-targets.update({f"broken: {n}": (k, f"tests.conformance_zoo.broken:{a}" if ":" not in a else f"tests.conformance_zoo.{a}", o)
-                for n, (k, a, o, _, _) in BROKEN_TARGETS.items()})
+targets = {f"correct: {n}": (k, s, o, FAST_PROPERTIES) for n, (k, s, o) in CORRECT_TARGETS.items()}
+targets.update({f"broken: {n}": (k, f"tests.conformance_zoo.broken:{a}" if ":" not in a else f"tests.conformance_zoo.{a}", o,
+                [claim.partition("/")[0]]) for n, (k, a, o, claim, _) in BROKEN_TARGETS.items()})
 wanted = set(json.loads(sys.argv[1])) or set(targets)
 out = {}
 for name in sorted(wanted & set(targets)):
-    kind, spec, options = targets[name]
+    kind, spec, options, properties = targets[name]
     with tempfile.TemporaryDirectory() as workdir:
         try:
-            results = check[kind](spec, properties=FAST_PROPERTIES, profile="quick", workdir=workdir, **options)
+            results = check[kind](spec, properties=properties, profile="quick", workdir=workdir, **options)
             out[name] = {c.id: c.verdict for r in results for c in r.claims}
         except Exception as error:
             out[name] = {"(run)": f"raised {type(error).__name__}: {error}"[:300]}
