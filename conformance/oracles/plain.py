@@ -35,6 +35,13 @@ MAX_DEPTH = 16
 _STDLIB_VALUES = frozenset({"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress"})
 
 
+#: packages whose own objects (not a dataclass, not a container) are kept as they are: their code is no
+#: target's (a target's subclass of one has the target's module)
+_LIBRARIES = frozenset(
+    {"megatron", "primus_energon", "multistorageclient", "torch", "numpy", "PIL", "webdataset"}
+)
+
+
 class Record(dict):
     """A target's record (a dataclass such as Energon's ``Sample``, or an object's public attributes) as a
     dict of its fields, with the name of the class it was (:attr:`type_name`). The suite's own class: its
@@ -124,6 +131,8 @@ def _plain(value: Any, depth: int, budget: list[int]) -> Any:
         )
     if cls.__module__ in _STDLIB_VALUES:  # an immutable value of the standard library, of its exact type
         return value
+    if (cls.__module__ or "").partition(".")[0] in _LIBRARIES:
+        return value  # a library's own object (Energon's EPath in __sources__): no code of the target's
     if callable(value) or isinstance(value, type) or isinstance(value, (type(sys), range, slice)):
         return Opaque(cls.__name__)
     # Any other object: its public attributes that are no methods (properties included, as the judge's
