@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 import webdataset
-from megatron.energon import SampleDecoder
 
 from .boundedread import loads_json, read_npy
+from .energon_compat import SampleDecoderBase
 from .safepickle import UnsafePickleError, safe_loads
 from .tensorfile import read_tensor
 
@@ -66,14 +66,17 @@ def _safe_basic_handler(key: str, data: bytes) -> Any:
     return None if handler is None else handler(data)
 
 
-class SafeSampleDecoder(SampleDecoder):
+class SafeSampleDecoder(SampleDecoderBase):
     """``SampleDecoder`` that never unpickles: tensors, text, JSON, ints, ``.npy``, images.
 
-    ``image_decode`` takes webdataset's image specs (``"pil"``, ``"torchrgb"``, ``"rgb8"``, ...).
+    ``image_decode`` takes webdataset's image specs (``"pil"``, ``"torchrgb"``, ``"rgb8"``, ...). On
+    Energon 7.x it is a ``SampleDecoder`` (set it as a TaskEncoder's ``decoder``); on 5.x/6.x, which decode
+    in the dataset, a TaskEncoder declaring it as its ``decoder`` has its datasets read through it by
+    :func:`primus_energon.energon_compat.get_train_dataset` (so by :func:`primus_energon.get_loader`).
     """
 
     def __init__(self, *, image_decode: str = "pil") -> None:
-        # Deliberately not SampleDecoder.__init__: it installs webdataset's default post-handlers, whose
+        # Deliberately not SampleDecoder.__init__ (7.x): it installs webdataset's default post-handlers, whose
         # `.pth` and `.pickle` entries unpickle arbitrary objects. Our handlers replace them (post=[]).
         self._config = dict(image_decode=image_decode, safe=True)
         self._decoder = webdataset.autodecode.Decoder(

@@ -1,4 +1,30 @@
-"""One home for what differs between the Energon 7 releases this project supports (7.0 through 7.4).
+"""One home for what differs between the Energon releases this project supports (5.2 through 7.4).
+
+Nothing outside this module tests a release number: the rest of the project asks it what the installed
+release does. What differs between 5.x/6.x and 7.x:
+
+- **Decoding.** Energon 5.x and 6.x decode shard members inside the dataset (``auto_decode=True`` by
+  default: images to tensors, ``.pth`` through ``torch.load`` and ``.pickle`` through ``pickle.loads``,
+  webdataset's defaults), and know no ``TaskEncoder.decoder``; 7.x decode with the TaskEncoder's
+  ``decoder`` (a ``SampleDecoder`` by default). Here a TaskEncoder that *declares* a ``decoder`` (a class or
+  instance attribute, None included) decides on every release: :func:`get_train_dataset` and
+  :func:`get_val_dataset` read its datasets with ``auto_decode=False`` on 5.x/6.x and put its decoder (if
+  any) where the dataset's own would run. One that declares none gets what its release does in training:
+  :func:`training_decoder` says what reaches its cookers.
+- **Samples.** 5.x/6.x samples carry ``__subflavor__`` (a string, deprecated in 6, gone in 7) beside
+  ``__subflavors__``, both without defaults; 7.x add ``__sources__``. :data:`SAMPLE_BASE_FIELDS`,
+  :data:`HAS_SOURCES`, :data:`HAS_SUBFLAVOR`, and :func:`sample_dataclass` (the decorator Energon's own
+  samples use on the release: ``edataclass``, ``dataclass_slots`` or ``dataclass``).
+- **Stages.** ``preencode_sample``/``postencode_sample`` and ``TaskEncoder.decoder`` exist since 7.0:
+  :data:`TASK_ENCODER_STAGES`, :func:`overrides`.
+- **Cookers.** 5.x/6.x ``Cooker`` also filters on ``is_subflavor`` and ``condition(crude_sample)``, is
+  matched per sample and raises ``NotImplementedError`` when none matches; 7.0 requires cookers to be
+  ``@stateless``: :func:`cooker_filters`, :data:`STATELESS_COOKERS_REQUIRED`.
+- **Repeat.** ``repeat=False`` on 5.x/6.x wants integer repetitions (``SAMPLE_REPETITIONS``) and no
+  ``RepeatDataset`` around a plain dataset; :data:`REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED`.
+- **Loaders.** 5.2's ``get_savable_loader`` has no ``prefetch_factor``; only 7.x have the watchdog:
+  :func:`savable_loader`.
+- **Paths.** ``EPath.write_text`` is 7.x only: :func:`write_text`.
 
 - **Error handlers.** Since Energon 7.3 a ``WorkerConfig(global_error_handler=...)`` decides what every
   stage of the pipeline does with an exception (log and skip, or raise). Energon 7.0-7.2 have no such field:
@@ -26,6 +52,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
@@ -38,6 +65,27 @@ from megatron.energon import SavableDataset, WorkerConfig
 
 __all__ = [
     "ENERGON_VERSION",
+    "SUPPORTED_RANGE",
+    "SUPPORTED_RANGE_TEXT",
+    "release_problem",
+    "release_label",
+    "SAMPLE_BASE_FIELDS",
+    "HAS_SOURCES",
+    "HAS_SUBFLAVOR",
+    "sample_dataclass",
+    "DECODES_IN_DATASET",
+    "SampleDecoderBase",
+    "declares_decoder",
+    "training_decoder",
+    "release_default_decoder",
+    "TASK_ENCODER_STAGES",
+    "overrides",
+    "cooker_filters",
+    "STATELESS_COOKERS_REQUIRED",
+    "NO_COOKER_ERRORS",
+    "REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED",
+    "savable_loader",
+    "write_text",
     "HAS_GLOBAL_ERROR_HANDLER",
     "ErrorHandler",
     "log_exception",
@@ -68,6 +116,25 @@ def _version() -> tuple[int, ...]:
 
 #: The installed megatron-energon release, e.g. ``(7, 4, 1)``.
 ENERGON_VERSION: tuple[int, ...] = _version()
+
+# The supported range is known from metadata alone (environment.py, imported by the torch-free side).
+from .environment import SUPPORTED_RANGE, SUPPORTED_RANGE_TEXT  # noqa: E402
+
+
+def release_label() -> str:
+    """``"megatron-energon 6.0.1"``: the release that runs (and judges) the data path."""
+    try:
+        return f"megatron-energon {version('megatron-energon')}"
+    except PackageNotFoundError:
+        return "megatron-energon (source tree, taken as 7.4)"
+
+
+def release_problem(found: tuple[int, ...] | None = None) -> str | None:
+    """One line when the installed release (or ``found``) is outside :data:`SUPPORTED_RANGE`, else None."""
+    from .environment import release_problem as problem
+
+    return problem(ENERGON_VERSION if found is None else found)
+
 
 #: True where ``WorkerConfig`` has ``global_error_handler`` (Energon 7.3 and later).
 HAS_GLOBAL_ERROR_HANDLER: bool = "global_error_handler" in {f.name for f in dataclasses.fields(WorkerConfig)}
@@ -148,14 +215,21 @@ def worker_config(*, error_handler: ErrorHandler | None = None, **fields: Any) -
 def get_train_dataset(
     path: str | os.PathLike, *, worker_config: WorkerConfig, **kwargs: Any
 ) -> SavableDataset:
-    """Energon's ``get_train_dataset``, with the config's error handler in force on every release."""
+    """Energon's ``get_train_dataset``, with the config's error handler in force on every release, and
+    the TaskEncoder's own decoder where it declares one (see the module docstring)."""
+    kwargs, decoder = _dataset_kwargs(kwargs.get("task_encoder"), kwargs)
     dataset = _energon.get_train_dataset(path, worker_config=worker_config, **kwargs)
+    if decoder is not None:
+        _install_decoder(dataset, decoder)
     return _route_errors(dataset, worker_config)
 
 
 def get_val_dataset(path: str | os.PathLike, *, worker_config: WorkerConfig, **kwargs: Any) -> SavableDataset:
-    """Energon's ``get_val_dataset``, with the config's error handler in force on every release."""
+    """Energon's ``get_val_dataset``, as :func:`get_train_dataset`."""
+    kwargs, decoder = _dataset_kwargs(kwargs.get("task_encoder"), kwargs)
     dataset = _energon.get_val_dataset(path, worker_config=worker_config, **kwargs)
+    if decoder is not None:
+        _install_decoder(dataset, decoder)
     return _route_errors(dataset, worker_config)
 
 
@@ -219,3 +293,233 @@ def short_loader(dataset: SavableDataset) -> Any:
     from megatron.energon.savable_loader import BasicDataLoader
 
     return BasicDataLoader(dataset, **SHORT_LOADER_SETTINGS)
+
+
+# -- samples ---------------------------------------------------------------------------------------------------
+
+#: The fields every Energon sample carries, in the release's order: ``__key__``, ``__restore_key__``, then
+#: ``__subflavor__`` and ``__subflavors__`` (5.x/6.x) or ``__subflavors__`` and ``__sources__`` (7.x).
+SAMPLE_BASE_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(_energon.Sample))
+#: True where samples carry ``__sources__`` (Energon 7.0 and later).
+HAS_SOURCES: bool = "__sources__" in SAMPLE_BASE_FIELDS
+#: True where samples carry the string ``__subflavor__`` (Energon 5.x and 6.x).
+HAS_SUBFLAVOR: bool = "__subflavor__" in SAMPLE_BASE_FIELDS
+
+
+def _sample_decorator() -> Callable[[type], type]:
+    try:  # 7.x: keyword-only, slotted, extendable (a module of this name on every 7 release)
+        return importlib.import_module("megatron.energon.edataclass").edataclass
+    except ImportError:
+        pass
+    try:  # 6.x: slotted
+        return importlib.import_module("megatron.energon.dataclass_slots").dataclass_slots
+    except ImportError:  # 5.x: a plain dataclass, as Energon's own samples there
+        return dataclasses.dataclass
+
+
+#: The decorator Energon's own sample classes use on the installed release; a ``Sample`` subclass made
+#: with it is built and batched by Energon as its own are.
+sample_dataclass: Callable[[type], type] = _sample_decorator()
+
+
+# -- decoding ----------------------------------------------------------------------------------------------------
+
+#: True where the dataset decodes members (``auto_decode``) and TaskEncoders have no ``decoder``
+#: (Energon 5.x and 6.x).
+DECODES_IN_DATASET: bool = not hasattr(_energon.TaskEncoder, "decoder")
+
+if hasattr(_energon, "SampleDecoder"):
+    SampleDecoderBase: type = _energon.SampleDecoder
+else:  # 5.x/6.x: decoders are plain callables on a sample dict; this base holds the common interface
+
+    class SampleDecoderBase:  # type: ignore[no-redef]
+        """What a decoder is on Energon 5.x/6.x, which have no ``SampleDecoder``: a callable that takes a
+        sample dict (``{"__key__": ..., "member.ext": bytes, ...}``) and returns it with members decoded."""
+
+        _decoder: Callable[[dict], dict]
+        _config: dict
+
+        def __call__(self, sample: dict) -> dict:
+            return self._decoder(sample)
+
+        def config(self) -> dict:
+            return dict(self._config)
+
+
+_NOT_DECLARED = object()
+
+
+def _declared_decoder(task_encoder: Any) -> Any:
+    """The ``decoder`` a TaskEncoder declares itself (None included), or ``_NOT_DECLARED``; on 7.x every
+    TaskEncoder has one (Energon's default ``SampleDecoder``)."""
+    return getattr(task_encoder, "decoder", _NOT_DECLARED)
+
+
+def declares_decoder(task_encoder: Any) -> bool:
+    """Whether ``task_encoder`` says itself how members are decoded (always on 7.x; on 5.x/6.x when it has
+    a ``decoder`` attribute of its own, None meaning "members stay bytes")."""
+    return _declared_decoder(task_encoder) is not _NOT_DECLARED
+
+
+def release_default_decoder(image_decode: str = "torchrgb") -> Callable[[dict], dict]:
+    """The decoder an Energon 5.x/6.x dataset applies to each sample by default (``auto_decode=True``):
+    webdataset's autodecoder with the release's image and video handlers. On 7.x: ``SampleDecoder()``."""
+    import webdataset
+
+    if not DECODES_IN_DATASET:
+        return _energon.SampleDecoder()
+    from megatron.energon.flavors.webdataset.default_decoder_webdataset import DefaultDecoderWebdatasetFactory
+
+    try:  # 6.x
+        from megatron.energon.av import AVDecoder
+
+        video: Any = AVDecoder(
+            audio_clip_duration=1,
+            audio_num_clips=-1,
+            video_decode_audio=False,
+            video_num_frames=64,
+            video_out_frame_size=(224, 224),
+            video_decode="torch",
+        )
+    except ImportError:  # 5.x: the factory's own method, which reads nothing of the factory
+        video = functools.partial(DefaultDecoderWebdatasetFactory._video_decoder, None)
+    return webdataset.autodecode.Decoder([webdataset.autodecode.imagehandler(image_decode), video])
+
+
+def training_decoder(task_encoder: Any) -> Callable[[dict], dict] | None:
+    """What decodes each sample before ``task_encoder``'s cookers in training, on the installed release
+    (None: the cookers get the members' bytes): its ``decoder``, where it declares one; on 5.x/6.x
+    otherwise the dataset's default decoding (:func:`release_default_decoder`)."""
+    declared = _declared_decoder(task_encoder)
+    if declared is not _NOT_DECLARED:
+        return declared
+    return release_default_decoder()
+
+
+def _dataset_kwargs(task_encoder: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """On 5.x/6.x, a TaskEncoder that declares a decoder has its datasets read undecoded (its decoder is
+    put in afterwards by :func:`_install_decoder`)."""
+    if not DECODES_IN_DATASET or task_encoder is None:
+        return kwargs, None
+    declared = _declared_decoder(task_encoder)
+    if declared is _NOT_DECLARED or "auto_decode" in kwargs:
+        return kwargs, None
+    return {**kwargs, "auto_decode": False}, declared
+
+
+def _install_decoder(dataset: SavableDataset, decoder: Any) -> None:
+    """Put ``decoder`` where an Energon 5.x/6.x dataset's own decoder runs (``load_sample`` of each
+    webdataset factory the pipeline reads through), so that it runs in the loader workers as 7.x runs a
+    TaskEncoder's decoder."""
+    from megatron.energon.flavors.webdataset.default_decoder_webdataset import DefaultDecoderWebdatasetFactory
+
+    for node in _nodes(dataset):
+        function = getattr(node, "map_fn", None) if isinstance(node, SavableDataset) else None
+        owner = getattr(function, "__self__", None)
+        if isinstance(owner, DefaultDecoderWebdatasetFactory):
+            owner._decoder = decoder
+
+
+def _nodes(dataset: Any) -> list[Any]:
+    """Every object of a dataset pipeline (wrappers, their inner datasets, lists of them), each once."""
+    seen: set[int] = set()
+    stack: list[Any] = [dataset]
+    found: list[Any] = []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if not isinstance(node, SavableDataset):
+            continue
+        found.append(node)
+        stack.extend(vars(node).values() if hasattr(node, "__dict__") else ())
+        for slot in getattr(type(node), "__slots__", ()):
+            stack.append(getattr(node, slot, None))
+    return found
+
+
+# -- TaskEncoder stages and cookers -----------------------------------------------------------------------------
+
+#: The per-sample and per-batch stages the installed release's TaskEncoder runs, in pipeline order.
+TASK_ENCODER_STAGES: tuple[str, ...] = tuple(
+    stage
+    for stage in (
+        "cook_crude_sample",
+        "preencode_sample",
+        "encode_sample",
+        "select_samples_to_pack",
+        "pack_selected_samples",
+        "postencode_sample",
+        "batch",
+        "encode_batch",
+    )
+    if hasattr(_energon.TaskEncoder, stage)
+)
+
+
+def overrides(task_encoder: Any, stage: str) -> bool:
+    """Whether ``task_encoder`` (class or instance) defines ``stage`` itself rather than inheriting
+    Energon's ``TaskEncoder``'s (False for a stage the release does not have)."""
+    if stage not in TASK_ENCODER_STAGES:
+        return False
+    owner = task_encoder if isinstance(task_encoder, type) else type(task_encoder)
+    mine = getattr(owner, stage, None)
+    base = getattr(_energon.TaskEncoder, stage)
+    if not isinstance(task_encoder, type) and stage in getattr(task_encoder, "__dict__", {}):
+        return True
+    return getattr(mine, "__func__", mine) is not getattr(base, "__func__", base)
+
+
+#: Energon 7.0 and later refuse a cooker whose ``cook`` is not ``@stateless``.
+STATELESS_COOKERS_REQUIRED: bool = ENERGON_VERSION >= (7, 0)
+
+#: What Energon raises when no cooker matches a sample: ``ValueError`` ("No cooker found ...", 7.x) or
+#: ``NotImplementedError`` ("... not providing a way to cook them", 5.x/6.x).
+NO_COOKER_ERRORS: tuple[type[BaseException], ...] = (
+    (ValueError,) if ENERGON_VERSION >= (7, 0) else (NotImplementedError, ValueError)
+)
+
+
+def cooker_filters(cooker: Any) -> tuple[str | None, dict | None, Callable[[dict], bool] | None]:
+    """``(is_subflavor, has_subflavors, condition)`` of an Energon ``Cooker``: all three filter on
+    5.x/6.x (a crude sample matches when every given one does); 7.x have ``has_subflavors`` only."""
+    return (
+        getattr(cooker, "is_subflavor", None),
+        getattr(cooker, "has_subflavors", None),
+        getattr(cooker, "condition", None),
+    )
+
+
+#: On 5.x/6.x, ``repeat=False`` accepts only integer repetitions and blends by repeating samples
+#: (``blend_epochized``); a plain dataset read once is built without ``RepeatDataset`` there.
+REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED: bool = ENERGON_VERSION < (7, 0)
+
+
+# -- loaders and paths -------------------------------------------------------------------------------------------
+
+
+def savable_loader(dataset: SavableDataset, **kwargs: Any) -> Any:
+    """``megatron.energon.get_savable_loader(dataset, **kwargs)`` on every release: a setting the release
+    does not have is left out when it asks for that release's own behaviour (``prefetch_factor=2`` on 5.2,
+    ``watchdog_timeout_seconds`` where there is no watchdog), and refused with a clear error otherwise."""
+    accepted = inspect.signature(_energon.get_savable_loader).parameters
+    defaults = {"prefetch_factor": 2}
+    for name in [name for name in kwargs if name not in accepted]:
+        value = kwargs.pop(name)
+        if name == "watchdog_timeout_seconds" or (name in defaults and value == defaults[name]):
+            continue
+        raise TypeError(
+            f"{name}={value!r}: {release_label()}'s get_savable_loader has no {name!r} setting; "
+            "leave it at its default or use a newer megatron-energon"
+        )
+    return _energon.get_savable_loader(dataset, **kwargs)
+
+
+def write_text(path: Any, text: str) -> None:
+    """Write ``text`` to an Energon ``EPath`` (or any path with ``open``); ``EPath.write_text`` is 7.x only."""
+    with path.open("w") as stream:
+        stream.write(text)

@@ -17,6 +17,9 @@ from importlib import metadata
 
 __all__ = [
     "DISTRIBUTIONS",
+    "SUPPORTED_RANGE",
+    "SUPPORTED_RANGE_TEXT",
+    "release_problem",
     "version",
     "versions",
     "version_line",
@@ -37,7 +40,7 @@ DISTRIBUTIONS = (
     "hypothesis",
 )
 
-#: The fix for Energon 7.0-7.2 beside multi-storage-client 1.x.
+#: The fix for Energon 6.0-7.2 beside multi-storage-client 1.x.
 MSC_FIX = "pip install 'multi-storage-client<1'"
 
 
@@ -86,7 +89,7 @@ def problems(*, need: tuple[str, ...] = ("megatron-energon", "torch", "hypothesi
     version pairs (:func:`incompatibilities`, from metadata). Empty when nothing is known to be wrong."""
     out = []
     installs = {
-        "megatron-energon": "pip install 'megatron-energon>=7.0,<8'",
+        "megatron-energon": "pip install 'megatron-energon>=5.2,<7.5'",
         "torch": "pip install torch (the build for your accelerator)",
         "hypothesis": "pip install 'primus-energon[test]' (or 'hypothesis>=6.100')",
         "webdataset": "pip install 'webdataset>=0.2.86'",
@@ -107,19 +110,40 @@ def problems(*, need: tuple[str, ...] = ("megatron-energon", "torch", "hypothesi
     return out
 
 
+#: The Energon releases this project supports, ``(lowest, highest)`` as ``(major, minor)``, both included.
+SUPPORTED_RANGE: tuple[tuple[int, int], tuple[int, int]] = ((5, 2), (7, 4))
+SUPPORTED_RANGE_TEXT = "5.2 to 7.4"
+
+
+def release_problem(found: tuple[int, ...]) -> str | None:
+    """One line when the Energon release ``found`` (``(6, 0, 1)``) is outside :data:`SUPPORTED_RANGE`."""
+    low, high = SUPPORTED_RANGE
+    if not found or low <= tuple(found[:2]) <= high:
+        return None
+    shown = ".".join(str(part) for part in found)
+    return (
+        f"megatron-energon {shown} is outside the releases primus-energon supports ({SUPPORTED_RANGE_TEXT}): "
+        f"pip install 'megatron-energon>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}'"
+    )
+
+
 def incompatibilities(energon_version: str | None, msc_version: str | None) -> list[str]:
     """The known-broken pairs among these versions of megatron-energon and multi-storage-client, one line
-    each with its fix (Energon 7.0-7.2 open local paths through multi-storage-client's ``default`` profile,
-    which multi-storage-client 1.0 removed)."""
+    each with its fix (Energon 6.0-7.2 open local paths through multi-storage-client's ``default`` profile,
+    which multi-storage-client 1.0 removed; 5.x open them directly), and a release outside the supported
+    range."""
     energon, msc = _release(energon_version), _release(msc_version)
-    if energon and (7, 0) <= energon < (7, 3) and msc and msc >= (1,):
-        return [
+    out = []
+    if energon and release_problem(energon) is not None:
+        out.append(release_problem(energon))
+    if energon and (6, 0) <= energon < (7, 3) and msc and msc >= (1,):
+        out.append(
             f"megatron-energon {energon_version} with multi-storage-client {msc_version} cannot open local "
-            'paths (Energon 7.0-7.2 open them through multi-storage-client\'s "default" profile, which '
+            'paths (Energon 6.0-7.2 open them through multi-storage-client\'s "default" profile, which '
             f'multi-storage-client 1.0 removed: Profile "default" not found): {MSC_FIX}, or upgrade to '
             "megatron-energon>=7.3"
-        ]
-    return []
+        )
+    return out
 
 
 def _find(module: str) -> object | None:
@@ -134,10 +158,12 @@ def probe_local_paths() -> str | None:
     read one file. None when that works, else one line saying what failed and what to do."""
     from megatron.energon.epathlib import EPath
 
+    from .energon_compat import write_text
+
     with tempfile.TemporaryDirectory(prefix="primus-energon-probe-") as tmp:
         try:
             path = EPath(tmp)
-            (path / "probe.txt").write_text("ok")
+            write_text(path / "probe.txt", "ok")
             if not (
                 path.is_dir() and (path / "probe.txt").is_file() and (path / "probe.txt").read_text() == "ok"
             ):
@@ -145,14 +171,14 @@ def probe_local_paths() -> str | None:
         except Exception as error:
             detail = " ".join(f"{type(error).__name__}: {error}".split())[:300]
             energon = _release(version("megatron-energon"))
-            if energon and energon < (7, 3) and os.environ.get("MSC_CONFIG"):
+            if energon and (6, 0) <= energon < (7, 3) and os.environ.get("MSC_CONFIG"):
                 fix = (
                     f"the multi-storage-client configuration MSC_CONFIG={os.environ['MSC_CONFIG']} has no "
-                    "'default' profile, which Energon 7.0-7.2 open local paths with: add "
+                    "'default' profile, which Energon 6.0-7.2 open local paths with: add "
                     "`default: {storage_provider: {type: file, options: {base_path: /}}}` to its profiles"
                 )
-            elif energon and energon < (7, 3):
-                fix = f"{MSC_FIX} (Energon 7.0-7.2 need its 0.x releases for local paths)"
+            elif energon and (6, 0) <= energon < (7, 3):
+                fix = f"{MSC_FIX} (Energon 6.0-7.2 need its 0.x releases for local paths)"
             else:
                 fix = "check the multi-storage-client configuration (MSC_CONFIG, ~/.msc_config.yaml)"
             return (

@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch.distributed as dist
-from megatron.energon import TaskEncoder, get_savable_loader
+from megatron.energon import TaskEncoder
 
 from .dataloader import MegatronDataloaderWrapper
 from .energon_compat import (
+    NO_COOKER_ERRORS,
+    cooker_filters,
     get_train_dataset,
     get_val_dataset,
     log_exception,
     reraise_exception,
+    savable_loader,
     worker_config,
 )
 from .storage import DatasetPath, RemotePath, dataset_dir
@@ -62,6 +65,15 @@ def _check_path(path: str | os.PathLike | DatasetPath) -> str | Path:
             )
         return str(path) if isinstance(path, RemotePath) else path
     raise FileNotFoundError(f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file")
+
+
+def _filters(cooker: Any) -> Any:
+    """A cooker's filters as an error names them: ``has_subflavors``, with ``is_subflavor`` and
+    ``condition`` where the release has them and they are set."""
+    is_subflavor, has_subflavors, condition = cooker_filters(cooker)
+    if is_subflavor is None and condition is None:
+        return has_subflavors
+    return {"is_subflavor": is_subflavor, "has_subflavors": has_subflavors, "condition": condition}
 
 
 def get_loader(
@@ -165,16 +177,16 @@ def get_loader(
                 batch_drop_last=drop_last,
                 task_encoder=task_encoder,
             )
-    except ValueError as error:
+    except NO_COOKER_ERRORS as error:
         if not str(error).startswith("No cooker found"):
             raise
-        registered = [cooker.has_subflavors for cooker in getattr(task_encoder, "cookers", [])]
+        registered = [_filters(cooker) for cooker in getattr(task_encoder, "cookers", [])]
         raise ValueError(
             f"{error} (dataset {str(path)!r}): {type(task_encoder).__name__} registers cookers for "
             f"{registered}. Set `subflavors: {{encoding: ...}}` in the dataset's .nv-meta/dataset.yaml "
             "(or in the metadataset entry) to one of these, or register a cooker for it"
         ) from error
-    loader = get_savable_loader(
+    loader = savable_loader(
         dataset,
         prefetch_factor=prefetch_factor,
         gc_collect_every_n_steps=gc_collect_every_n_steps,

@@ -128,8 +128,20 @@ def _energon_release() -> str | None:
         return None
 
 
-def _shard_table(shards: list[Mapping[str, Any]]) -> dict[str, Any]:
-    pairs = [[str(s.get("name")), int(s.get("count", 0))] for s in shards]
+def _flat_shards(shards: list[Any]) -> list[Mapping[str, Any]]:
+    """The shard entries of a dataset's configuration in order: a list of them on Energon 6.x/7.x, a list
+    per worker of them on 5.x."""
+    out: list[Mapping[str, Any]] = []
+    for entry in shards:
+        if isinstance(entry, Mapping):
+            out.append(entry)
+        elif isinstance(entry, (list, tuple)):
+            out.extend(_flat_shards(list(entry)))
+    return out
+
+
+def _shard_table(shards: list[Any]) -> dict[str, Any]:
+    pairs = [[str(s.get("name")), int(s.get("count", 0))] for s in _flat_shards(shards)]
     digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
     table: dict[str, Any] = {
         "num_shards": len(pairs),

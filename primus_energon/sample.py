@@ -5,19 +5,19 @@ from __future__ import annotations
 import torch
 from megatron.energon import Sample
 
-# Energon 7.0-7.2 export a module of this name from megatron.energon; the function lives in it on every 7.x.
-from megatron.energon.edataclass import edataclass
+from .energon_compat import sample_dataclass
 
 __all__ = ["DiffusionSample"]
 
 
-@edataclass
+@sample_dataclass
 class DiffusionSample(Sample):
     """One diffusion training sample with framework-standard field names.
 
-    Inherits ``__key__``, ``__restore_key__``, ``__subflavors__`` and ``__sources__`` from
-    :class:`megatron.energon.Sample`, which Energon needs for deterministic resumption.
-    Keyword-only and slotted, like Energon's own samples.
+    Inherits the installed release's base fields from :class:`megatron.energon.Sample` (``__key__``,
+    ``__restore_key__``, ``__subflavors__``, and ``__sources__`` on 7.x or ``__subflavor__`` on 5.x/6.x),
+    which Energon needs for deterministic resumption. Made as Energon's own samples are on the release
+    (keyword-only and slotted on 7.x); build it with keywords.
     """
 
     #: VAE latents, ``[C, H/8, W/8]`` (``[64, H/8, W/8]`` for a 64-channel VAE).
