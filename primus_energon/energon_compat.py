@@ -51,12 +51,14 @@ release does. What differs between 5.x/6.x and 7.x:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import inspect
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -84,6 +86,7 @@ __all__ = [
     "STATELESS_COOKERS_REQUIRED",
     "NO_COOKER_ERRORS",
     "REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED",
+    "RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS",
     "savable_loader",
     "write_text",
     "HAS_GLOBAL_ERROR_HANDLER",
@@ -218,7 +221,11 @@ def get_train_dataset(
     """Energon's ``get_train_dataset``, with the config's error handler in force on every release, and
     the TaskEncoder's own decoder where it declares one (see the module docstring)."""
     kwargs, decoder = _dataset_kwargs(kwargs.get("task_encoder"), kwargs)
-    dataset = _energon.get_train_dataset(path, worker_config=worker_config, **kwargs)
+    if REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED and kwargs.get("repeat", True) is False:
+        with _one_epoch_metadataset(path) as once:
+            dataset = _energon.get_train_dataset(once, worker_config=worker_config, **kwargs)
+    else:
+        dataset = _energon.get_train_dataset(path, worker_config=worker_config, **kwargs)
     if decoder is not None:
         _install_decoder(dataset, decoder)
     return _route_errors(dataset, worker_config)
@@ -231,6 +238,33 @@ def get_val_dataset(path: str | os.PathLike, *, worker_config: WorkerConfig, **k
     if decoder is not None:
         _install_decoder(dataset, decoder)
     return _route_errors(dataset, worker_config)
+
+
+@contextlib.contextmanager
+def _one_epoch_metadataset(path: str | os.PathLike) -> Iterator[str | os.PathLike]:
+    """On Energon 5.x/6.x, ``repeat=False`` asserts integer repetitions, which a plain dataset has not
+    (its weight is None): read once, a dataset directory is given as a metadataset of it alone blended
+    with ``repetitions: 1`` (``blend_epochized``, Energon's own one-epoch form there), which builds the
+    same pipeline without ``RepeatDataset``. A metadataset file is given as it is."""
+    text = str(path)
+    if text.endswith((".yaml", ".yml")) or "://" in text:
+        yield path
+        return
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="primus-energon-once-") as folder:
+        once = os.path.join(folder, "once.yaml")
+        document = {
+            "__module__": "megatron.energon",
+            "__class__": "MetadatasetV2",
+            "splits": {
+                split: {"blend_epochized": [{"repetitions": 1, "path": os.path.abspath(text)}]}
+                for split in ("train", "val", "test")
+            },
+        }
+        with open(once, "w", encoding="utf-8") as stream:
+            yaml.safe_dump(document, stream)
+        yield once
 
 
 def _route_errors(dataset: SavableDataset, config: WorkerConfig) -> SavableDataset:
@@ -461,17 +495,21 @@ TASK_ENCODER_STAGES: tuple[str, ...] = tuple(
 )
 
 
-def overrides(task_encoder: Any, stage: str) -> bool:
-    """Whether ``task_encoder`` (class or instance) defines ``stage`` itself rather than inheriting
-    Energon's ``TaskEncoder``'s (False for a stage the release does not have)."""
+def overrides(task_encoder: Any, stage: str, bases: tuple[type, ...] | None = None) -> bool:
+    """Whether the pipeline Energon builds for ``task_encoder`` (an instance) runs its own ``stage``: the
+    release has the stage, and the TaskEncoder's is not the one of ``bases`` (Energon's ``TaskEncoder``
+    by default). Energon's own test where the release has one (7.x ``_is_overridden``); the same rule on
+    5.x/6.x, which compare ``__func__`` with ``TaskEncoder``'s."""
     if stage not in TASK_ENCODER_STAGES:
         return False
-    owner = task_encoder if isinstance(task_encoder, type) else type(task_encoder)
-    mine = getattr(owner, stage, None)
-    base = getattr(_energon.TaskEncoder, stage)
-    if not isinstance(task_encoder, type) and stage in getattr(task_encoder, "__dict__", {}):
+    method = getattr(task_encoder, stage)
+    own_test = getattr(task_encoder, "_is_overridden", None)
+    if own_test is not None:
+        return bool(own_test(method, bases=bases) if bases is not None else own_test(method))
+    function = getattr(method, "__func__", None)
+    if function is None:  # set on the instance, or not a method: always the TaskEncoder's own
         return True
-    return getattr(mine, "__func__", mine) is not getattr(base, "__func__", base)
+    return all(function is not getattr(base, stage, None) for base in (bases or (_energon.TaskEncoder,)))
 
 
 #: Energon 7.0 and later refuse a cooker whose ``cook`` is not ``@stateless``.
@@ -493,6 +531,10 @@ def cooker_filters(cooker: Any) -> tuple[str | None, dict | None, Callable[[dict
         getattr(cooker, "condition", None),
     )
 
+
+#: False on 5.x: a loader without workers saves no sample index, so after a restore the index (hence the
+#: per-sample seeds of ``@stateless(restore_seeds=True)`` and the outer ``__restore_key__`` index) starts at 0.
+RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS: bool = ENERGON_VERSION >= (6, 0)
 
 #: On 5.x/6.x, ``repeat=False`` accepts only integer repetitions and blends by repeating samples
 #: (``blend_epochized``); a plain dataset read once is built without ``RepeatDataset`` there.

@@ -8,7 +8,7 @@ import inspect
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from megatron.energon import (
@@ -21,9 +21,11 @@ from megatron.energon import (
 
 from primus_energon.energon_compat import (
     SHORT_LOADER_SETTINGS,
+    cooker_filters,
     get_train_dataset,
     get_val_dataset,
     log_exception,
+    overrides,
     reraise_exception,
     worker_config,
 )
@@ -112,15 +114,31 @@ def worker_context(seed: int = 0, sample_index: int = 0) -> Iterator[WorkerConfi
         config.worker_deactivate()
 
 
-def matching_cooker(cookers: Sequence[Cooker], subflavors: dict[str, Any] | None) -> int | None:
-    """Index of the first cooker whose ``has_subflavors`` is contained in ``subflavors`` (the dispatch
-    oracle, written independently of Energon's ``Cooker.is_match``), or None."""
-    subflavors = subflavors or {}
+def matching_cooker(cookers: Sequence[Cooker], crude: Mapping[str, Any] | None) -> int | None:
+    """Index of the first cooker that takes the crude sample ``crude`` (the dispatch oracle, written
+    independently of Energon's ``Cooker.is_match``), or None: its ``has_subflavors`` contained in the
+    sample's ``__subflavors__`` and, where the release has them (5.x/6.x), ``is_subflavor`` equal to its
+    ``__subflavor__`` and ``condition(crude)`` true. ``crude`` may hold the subflavors alone (a dataset's,
+    before any sample is read): a ``condition`` is then taken to hold."""
+    crude = crude or {}
+    subflavors = crude.get("__subflavors__") or {}
     for index, cooker in enumerate(cookers):
-        wanted = cooker.has_subflavors or {}
-        if all(key in subflavors and subflavors[key] == value for key, value in wanted.items()):
-            return index
+        is_subflavor, has_subflavors, condition = cooker_filters(cooker)
+        if is_subflavor is not None and crude.get("__subflavor__") != is_subflavor:
+            continue
+        if not all(
+            key in subflavors and subflavors[key] == value for key, value in (has_subflavors or {}).items()
+        ):
+            continue
+        if condition is not None and "__key__" in crude and not condition(crude):
+            continue
+        return index
     return None
+
+
+def dataset_sample(subflavors: Mapping[str, Any] | None, subflavor: str | None = None) -> dict[str, Any]:
+    """What :func:`matching_cooker` knows of a dataset's samples before one is read: its subflavors."""
+    return {"__subflavors__": dict(subflavors or {}), "__subflavor__": subflavor}
 
 
 def cook(
@@ -139,7 +157,7 @@ def cook(
     cooker returned as plain data, read inside the call (:func:`~.oracles.plain.plain`: to be judged,
     never to be handed on to the target)."""
     cookers = target.cookers
-    index = matching_cooker(cookers, crude.get("__subflavors__"))
+    index = matching_cooker(cookers, crude)
     if index is None:
         index = 0
     cooker = cookers[index]
@@ -160,15 +178,13 @@ def encode(task_encoder: TaskEncoder, cooked: Any, *, seed: int = 0, sample_inde
     ``preencode_sample`` then ``postencode_sample`` where the TaskEncoder defines them, else
     ``encode_sample``; every output of a generator. Exceptions (``SkipSample`` included) are raised as
     they are."""
-    # _is_overridden is Energon's own test for which stages its pipeline builds (the same on 7.0-7.4)
-    overridden = task_encoder._is_overridden
-    if overridden(task_encoder.preencode_sample):
+    if overrides(task_encoder, "preencode_sample"):
         stages = [task_encoder.preencode_sample]
-    elif overridden(task_encoder.encode_sample):
+    elif overrides(task_encoder, "encode_sample"):
         stages = [task_encoder.encode_sample]
     else:
         stages = []
-    if overridden(task_encoder.postencode_sample):
+    if overrides(task_encoder, "postencode_sample"):
         stages.append(task_encoder.postencode_sample)
     outputs = [cooked]
     with worker_context(seed, sample_index):

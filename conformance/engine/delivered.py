@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from megatron.energon import TaskEncoder
 
+from primus_energon.energon_compat import overrides
+
 from ..core import breadcrumbs
 from ..core.declarations import Transform, field_transform
 from ..oracles.declared import is_applied_value, variants
@@ -97,17 +99,16 @@ def first_stage_samples(
     yields several samples (or none) for one input, so that samples cannot be told apart by their input.
     ``postencode_sample`` is left out on purpose: it is one of the stages the delivered batches are judged on.
     """
-    overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
-    if overridden(task_encoder.preencode_sample):
+    if overrides(task_encoder, "preencode_sample"):
         stage = task_encoder.preencode_sample
-    elif overridden(task_encoder.encode_sample):
+    elif overrides(task_encoder, "encode_sample"):
         stage = task_encoder.encode_sample
     else:
         stage = None
     out = []
     cookers = task_encoder.cookers
     for index, sample in enumerate(crude):
-        cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
+        cooker = cookers[matching_cooker(cookers, sample) or 0]
         key = sample.get("__key__")
         with (
             target_call(f"cooking and encoding the clean sample {key!r}"),

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from primus_energon.energon_compat import overrides
+
 from ..data.variants import member_variants
 from ..oracles.fields import leaves, top_field
 from ..oracles.fingerprint import fingerprint
@@ -69,10 +71,9 @@ def first_stage(
     call and copied there (a buffer the next call reuses cannot change them); with ``as_plain=False`` the
     objects themselves (for the purity checks of shared buffers). An exception is the target's (:class:`TargetError`)."""
     cookers = task_encoder.cookers
-    cooker = cookers[matching_cooker(cookers, crude.get("__subflavors__")) or 0]
-    overridden = task_encoder._is_overridden  # Energon's own test of which stages its pipeline builds
+    cooker = cookers[matching_cooker(cookers, crude) or 0]
     stage_name = next(
-        (name for name in ("preencode_sample", "encode_sample") if overridden(getattr(task_encoder, name))),
+        (name for name in ("preencode_sample", "encode_sample") if overrides(task_encoder, name)),
         "",
     )
     what = what or f"cooking and encoding the clean sample {crude.get('__key__')!r}"

@@ -32,6 +32,7 @@ from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.decoding import SafeSampleDecoder
+from primus_energon.energon_compat import training_decoder
 
 from ..core.rendering import describe_error
 from ..core.specs import check_literal_kwargs, format_spec, parse_spec, short_name
@@ -138,12 +139,13 @@ class Target:
         checked with ``input_form="decoded"``). In-process checks then decode with a safe decoder."""
         if self.kind == "cooker":
             return self.input_form == "decoded"
-        return getattr(self.make_task_encoder(), "decoder", None) is not None
+        return self.decoder() is not None
 
     def decoder(self) -> Any:
-        """The decoder Energon applies before the target's cookers: a TaskEncoder's own ``decoder``; for a
-        cooker, none (``input_form="bytes"``) or the safe decoder (``"decoded"``)."""
-        return getattr(self.make_task_encoder(), "decoder", None)
+        """The decoder Energon applies before the target's cookers in training, on the installed release:
+        a TaskEncoder's own ``decoder`` (on 5.x/6.x, where it declares none, the dataset's default decoding);
+        for a cooker, none (``input_form="bytes"``) or the safe decoder (``"decoded"``)."""
+        return training_decoder(self.make_task_encoder())
 
     def make_task_encoder(self) -> TaskEncoder:
         if self.kind == "cooker":

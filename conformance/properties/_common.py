@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from primus_energon.energon_compat import SAMPLE_BASE_FIELDS
+
 from ..core import breadcrumbs
 from ..core.results import PropertyFailure
 from ..oracles.fields import MISSING, field_names, get_field
@@ -20,7 +22,9 @@ __all__ = [
     "error_names_sample",
 ]
 
-BASIC_KEYS = ("__key__", "__restore_key__", "__subflavors__", "__sources__")
+#: The fields of the installed release's ``Sample`` (``basic_sample_keys``): ``__key__``,
+#: ``__restore_key__``, ``__subflavors__``, and ``__sources__`` (7.x) or ``__subflavor__`` (5.x/6.x).
+BASIC_KEYS = SAMPLE_BASE_FIELDS
 
 
 def batch_keys(batch: Any) -> list[str] | None:

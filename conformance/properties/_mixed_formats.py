@@ -24,7 +24,7 @@ def encoded(task_encoder: TaskEncoder, crude: list[dict], seed: int) -> list[Any
     out = []
     cookers = task_encoder.cookers
     for index, sample in enumerate(crude):
-        cooker = cookers[matching_cooker(cookers, sample.get("__subflavors__")) or 0]
+        cooker = cookers[matching_cooker(cookers, sample) or 0]
         with (
             target_call(f"cooking and encoding the clean sample {sample.get('__key__')!r}"),
             worker_context(seed, index),

@@ -9,7 +9,7 @@ from collections import Counter
 from megatron.energon import SkipSample
 from megatron.energon.task_encoder.base import get_stateless
 
-from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
+from primus_energon.energon_compat import SKIP_SAMPLE_TYPES, STATELESS_COOKERS_REQUIRED, release_label
 
 from ..core.claims import ClaimRecorder, Harm, claims_of
 from ..core.rendering import describe_error
@@ -18,6 +18,7 @@ from ..engine.calls import (
     build_loader,
     closing,
     cook,
+    dataset_sample,
     encode,
     matching_cooker,
     take,
@@ -82,17 +83,23 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         claims.blocked("blocked by accepted/cookers: the target registers no cookers")
         return {}
 
-    with claims.claim("stateless") as claim:
-        for index, cooker in enumerate(cookers):
-            claim.examined()
-            if not get_stateless(cooker.cook):
-                name = getattr(cooker.cook, "__qualname__", repr(cooker.cook))
-                claim.problem(
-                    f"cooker {index} ({name}) is not marked @stateless: since Energon 7.0 a cook function must be "
-                    "@stateless, and Energon fails every sample with 'Cooker must be stateless', logs it, and "
-                    "stops after 100 in a row"
-                )
-    stateless_ok = all(get_stateless(c.cook) for c in cookers)
+    if STATELESS_COOKERS_REQUIRED:
+        with claims.claim("stateless") as claim:
+            for index, cooker in enumerate(cookers):
+                claim.examined()
+                if not get_stateless(cooker.cook):
+                    name = getattr(cooker.cook, "__qualname__", repr(cooker.cook))
+                    claim.problem(
+                        f"cooker {index} ({name}) is not marked @stateless: since Energon 7.0 a cook function "
+                        "must be @stateless, and Energon fails every sample with 'Cooker must be stateless', "
+                        "logs it, and stops after 100 in a row"
+                    )
+    else:
+        claims.not_applicable(
+            "stateless",
+            f"{release_label()} cooks with any callable (Energon 7.0 made @stateless cook functions a rule)",
+        )
+    stateless_ok = not STATELESS_COOKERS_REQUIRED or all(get_stateless(c.cook) for c in cookers)
 
     checked = {}
     loadable = []
@@ -101,7 +108,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             path = ctx.main_dataset(encoding)
             subflavors = ctx.workspace.subflavors(path)
             claim.examined()
-            if matching_cooker(cookers, subflavors) is None:
+            if matching_cooker(cookers, dataset_sample(subflavors)) is None:
                 claim.problem(
                     f"no cooker matches the dataset {path.name!r} (subflavors {subflavors}); the cookers ask for "
                     f"{[c.has_subflavors for c in cookers]}. Energon raises 'No cooker found for subflavors' "

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from megatron.energon import TaskEncoder
 
-from primus_energon.energon_compat import energon_key
+from primus_energon.energon_compat import energon_key, overrides
 from primus_energon.synthetic import TensorSpec
 from primus_energon.synthetic.manifest import Manifest
 
@@ -526,11 +526,10 @@ def _stage_at_fault(
 ) -> str:
     """Which stage changes the samples, found by running each stage after the first encode stage on its
     own on copies of the same samples (postencode_sample, then batch(), then encode_batch)."""
-    overridden = task_encoder._is_overridden
     current = copy.deepcopy(samples)
     try:
         with worker_context(seed, 0):
-            if overridden(task_encoder.postencode_sample):
+            if overrides(task_encoder, "postencode_sample"):
                 current = [task_encoder.postencode_sample(s) for s in current]
                 if any(
                     _delivered_problems(out, [given], [key], seeded)[0]
@@ -583,7 +582,7 @@ def _inputs_left_alone(claim: Any, task_encoder: TaskEncoder, crude: list[dict],
     samples = []
     cookers = task_encoder.cookers
     for index, source in enumerate(sources):
-        cooker = cookers[matching_cooker(cookers, source.get("__subflavors__")) or 0]
+        cooker = cookers[matching_cooker(cookers, source) or 0]
         with (
             target_call(f"cooking and encoding the clean sample {source.get('__key__')!r}"),
             worker_context(seed, index),

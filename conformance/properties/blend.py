@@ -48,6 +48,7 @@ from typing import Any
 from megatron.energon import DefaultTaskEncoder, TaskEncoder
 
 from primus_energon.datasets.metadataset import Leaf, duplicate_leaves
+from primus_energon.energon_compat import overrides
 from primus_energon.synthetic import Schema
 
 from ..core.claims import ClaimRecorder, Harm, claims_of
@@ -152,10 +153,7 @@ def _instrumented(ctx: CheckContext, sink: Path, *, ship: bool = False) -> TaskE
 def _converts_batches(task_encoder: TaskEncoder) -> bool:
     """True when the TaskEncoder post-processes what ``batch()`` returns: its own ``encode_batch``, or a
     ``DefaultTaskEncoder`` converting raw batches to a ``batch_type``."""
-    is_overridden = getattr(task_encoder, "_is_overridden", None)
-    if is_overridden is None or is_overridden(
-        task_encoder.encode_batch, bases=(TaskEncoder, DefaultTaskEncoder)
-    ):
+    if overrides(task_encoder, "encode_batch", bases=(TaskEncoder, DefaultTaskEncoder)):
         return True
     batch_type = getattr(task_encoder, "_batch_type", None)
     return batch_type is not None and batch_type != getattr(task_encoder, "_raw_batch_type", None)

@@ -30,7 +30,7 @@ from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE
 from ..core.claims import ClaimRecorder, Harm, claims_of
 from ..core.rendering import describe_error, error_text
 from ..core.results import PropertySkipped
-from ..engine.calls import build_loader, closing, matching_cooker
+from ..engine.calls import build_loader, closing, dataset_sample, matching_cooker
 from ..engine.context import CheckContext
 from ..engine.recording import instrument, read_records
 
@@ -120,7 +120,7 @@ def _run(
     dataset = ctx.generated(encoding, "dispatch", num_samples=4, shard_size=4)
     base = ctx.workspace.subflavors(dataset)
     merged = {**base, **overrides}
-    expected = matching_cooker(cookers, merged)
+    expected = matching_cooker(cookers, dataset_sample(merged))
     claim = "first_match" if expected is not None else "no_match"
     ident = hashlib.sha256(json.dumps([str(dataset), overrides], sort_keys=True, default=str).encode())
     name = f"dispatch-{ident.hexdigest()[:12]}"

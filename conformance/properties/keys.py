@@ -1,6 +1,7 @@
 """Property 2, key forwarding: a cooked sample carries its input's ``__key__`` (a different key makes the
 sample claim to be another one: logs, skip lists and de-duplication by key point at the wrong data), and,
-as advice, ``__restore_key__``, ``__subflavors__`` and ``__sources__`` (``basic_sample_keys``), which
+as advice, the rest of the installed release's sample fields that the input carries (``basic_sample_keys``:
+``__restore_key__``, ``__subflavors__``, and ``__sources__`` on 7.x or ``__subflavor__`` on 5.x/6.x), which
 ``restore_sample``, per-source handling and Energon's error messages use."""
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ CLAIMS = claims_of(
     ),
     (
         "basic_keys",
-        "a cooked sample carries its input's __key__, __restore_key__, __subflavors__ and __sources__",
+        "a cooked sample carries the sample fields its input has (basic_sample_keys: __key__, "
+        "__restore_key__, __subflavors__, and __sources__ on Energon 7 or __subflavor__ on 5 and 6)",
         Harm.ADVICE,
         "build the output with **basic_sample_keys(sample) (restore_sample, per-source subflavors and "
         "Energon's error messages need them)",
@@ -52,7 +54,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             lost: dict[str, list[str]] = {}
             for sample, output in zip(crude, outputs, strict=True):
                 claim.examined()
-                for name in BASIC_KEYS:
+                for name in (name for name in BASIC_KEYS if name in sample):
                     observed = get_field(output, name)
                     if name == "__key__" and observed is not MISSING:
                         continue  # a wrong key is the `key` claim

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data._utils.collate import default_convert
 
 from primus_energon import MegatronDataloaderWrapper, ResumeUncheckedWarning
+from primus_energon.energon_compat import RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS, release_label
 from primus_energon.resume import unpack_state
 
 from ..core import breadcrumbs
@@ -76,6 +77,10 @@ SHARD_SIZE = 6
 #: batches compared after each restore
 CONTINUATION = 4
 WORKER_COUNTS = (0, 2)
+_RELEASE_RESTARTS_INDEX = (
+    f"{release_label()} restarts a loader's sample index after a restore without workers (its per-sample "
+    "seeds and restore keys start over): a defect of the release, not of the target; checked with workers"
+)
 
 _ROUTES = {
     "direct": "restore_state_rank() on a fresh loader",
@@ -201,10 +206,11 @@ def _compare(
     return None
 
 
-def _plan(steps: list[int], num_workers: int, boundary: int, thorough: bool) -> dict[int, tuple[str, ...]]:
-    """Which routes each step takes (see the module docstring)."""
+def _plan(steps: list[int], every_route: bool, boundary: int, thorough: bool) -> dict[int, tuple[str, ...]]:
+    """Which routes each step takes (see the module docstring); ``every_route``: the first worker count
+    checked (0 workers, where the release restores them) takes every route at every step."""
     every = ("direct", "wrapper", "resaved")
-    if num_workers == 0 or thorough:
+    if every_route or thorough:
         return {k: every for k in steps}
     plan: dict[int, tuple[str, ...]] = {}
     others = [k for k in steps if k != boundary]
@@ -302,6 +308,9 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
         path = ctx.generated(encoding, "resume", num_samples=NUM_SAMPLES, shard_size=SHARD_SIZE)
         # Extra encodings (a TaskEncoder with several cookers): 0 workers, direct route only.
         counts = WORKER_COUNTS if position == 0 else (0,)
+        if not RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS:
+            details.setdefault("not_checked", {})["num_workers=0"] = _RELEASE_RESTARTS_INDEX
+            counts = tuple(count for count in counts if count) or (WORKER_COUNTS[-1],)
         label = encoding if len(encodings) > 1 else None
         for num_workers in counts:
             nw_steps = _steps_for(steps, num_workers, quick=ctx.profile.name == "quick")
@@ -314,7 +323,14 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                         "(a not-yet-started worker saves offset 1; see resume._steps_for)"
                     )
                 details.setdefault("not_checked", {})[f"num_workers={num_workers}"] = "; ".join(reasons)
-            plan = _plan(nw_steps, num_workers, epoch, thorough)
+            plan = _plan(nw_steps, num_workers == counts[0], epoch, thorough)
+            if not RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS:
+                plan = {k: tuple(r for r in routes if r != "resaved") for k, routes in plan.items()}
+                claims.not_applicable(
+                    "resaved",
+                    f"{release_label()} saves no state for a restored loader with workers before its first "
+                    "batch, and restarts the sample index of one without workers (see not_checked)",
+                )
             if position:
                 plan = {k: ("direct",) for k in nw_steps}
             with claims.claim("checkpoint"):

@@ -85,7 +85,7 @@ def _raw_read(shards: list[Path]) -> dict[str, float]:
 
 def _cook_time(ctx: CheckContext, crude: list[dict[str, Any]], cookers: list) -> float:
     """Median over passes of the mean seconds per sample of the bare cook call."""
-    chosen = [cookers[matching_cooker(cookers, s.get("__subflavors__")) or 0] for s in crude]
+    chosen = [cookers[matching_cooker(cookers, s) or 0] for s in crude]
     per_pass = []
     for _ in range(COOK_PASSES):
         elapsed = 0.0
