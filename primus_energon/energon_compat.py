@@ -79,10 +79,12 @@ __all__ = [
     "SampleDecoderBase",
     "declares_decoder",
     "training_decoder",
+    "missing_decoding_dependency",
     "release_default_decoder",
     "TASK_ENCODER_STAGES",
     "overrides",
     "cooker_filters",
+    "is_no_cooker_error",
     "STATELESS_COOKERS_REQUIRED",
     "NO_COOKER_ERRORS",
     "REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED",
@@ -420,6 +422,22 @@ def release_default_decoder(image_decode: str = "torchrgb") -> Callable[[dict], 
     return webdataset.autodecode.Decoder([webdataset.autodecode.imagehandler(image_decode), video])
 
 
+def missing_decoding_dependency(error: BaseException) -> str | None:
+    """One line, with the fix, when ``error`` says the release's own decoding cannot run here for want of an
+    optional dependency (Energon 6.x builds its default decoder with AV decoding, which needs the
+    ``av-decode`` extra, even for data without audio or video); else None."""
+    text = str(error)
+    if not isinstance(error, ImportError) or "AV decoding is not available" not in text:
+        return None
+    missing = text.rsplit("Missing dependency:", 1)[-1].strip() if "Missing dependency:" in text else "?"
+    return (
+        f"{release_label()} decodes members in the dataset with a decoder that needs its av-decode extra, "
+        f"which is not installed here ({missing}): pip install 'megatron-energon[av-decode]=="
+        f"{version('megatron-energon')}' (as in the training environment), or give the TaskEncoder "
+        "`decoder = None` so that members reach the cookers as bytes"
+    )
+
+
 def training_decoder(task_encoder: Any) -> Callable[[dict], dict] | None:
     """What decodes each sample before ``task_encoder``'s cookers in training, on the installed release
     (None: the cookers get the members' bytes): its ``decoder``, where it declares one; on 5.x/6.x
@@ -520,6 +538,15 @@ STATELESS_COOKERS_REQUIRED: bool = ENERGON_VERSION >= (7, 0)
 NO_COOKER_ERRORS: tuple[type[BaseException], ...] = (
     (ValueError,) if ENERGON_VERSION >= (7, 0) else (NotImplementedError, ValueError)
 )
+
+
+#: The wording of Energon's own "no cooker matches" errors (7.x, then 5.x/6.x).
+_NO_COOKER_WORDING = ("No cooker found", "not providing a way to cook them")
+
+
+def is_no_cooker_error(error: BaseException) -> bool:
+    """Whether ``error`` is the installed release's own "no cooker matches this sample" error."""
+    return isinstance(error, NO_COOKER_ERRORS) and any(text in str(error) for text in _NO_COOKER_WORDING)
 
 
 def cooker_filters(cooker: Any) -> tuple[str | None, dict | None, Callable[[dict], bool] | None]:

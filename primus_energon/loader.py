@@ -16,6 +16,7 @@ from .energon_compat import (
     cooker_filters,
     get_train_dataset,
     get_val_dataset,
+    is_no_cooker_error,
     log_exception,
     reraise_exception,
     savable_loader,
@@ -178,7 +179,7 @@ def get_loader(
                 task_encoder=task_encoder,
             )
     except NO_COOKER_ERRORS as error:
-        if not str(error).startswith("No cooker found"):
+        if not is_no_cooker_error(error):
             raise
         registered = [_filters(cooker) for cooker in getattr(task_encoder, "cookers", [])]
         raise ValueError(

@@ -181,9 +181,9 @@ def test_steps_with_workers_avoid_energons_startup_race() -> None:
 
 def test_route_plan() -> None:
     every = ("direct", "wrapper", "resaved")
-    assert _plan([0, 3, 6], 0, 6, thorough=False) == {0: every, 3: every, 6: every}
-    assert _plan([3, 6], 2, 6, thorough=True) == {3: every, 6: every}
-    plan = _plan([0, 3, 6, 7], 2, 6, thorough=False)
+    assert _plan([0, 3, 6], True, 6, thorough=False) == {0: every, 3: every, 6: every}
+    assert _plan([3, 6], False, 6, thorough=True) == {3: every, 6: every}
+    plan = _plan([0, 3, 6, 7], False, 6, thorough=False)
     assert plan == {0: ("direct",), 3: ("wrapper",), 7: ("direct",), 6: ("wrapper", "resaved")}
 
 

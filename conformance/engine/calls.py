@@ -25,6 +25,7 @@ from primus_energon.energon_compat import (
     get_train_dataset,
     get_val_dataset,
     log_exception,
+    missing_decoding_dependency,
     overrides,
     reraise_exception,
     worker_config,
@@ -62,6 +63,9 @@ def target_call(what: str) -> Iterator[None]:
     except (TargetError, StopIteration, PropertyFailure, PropertySkipped, Inconclusive):
         raise
     except Exception as error:
+        environment = missing_decoding_dependency(error)
+        if environment is not None:  # the release's own decoder cannot run here: not the target's fault
+            raise Inconclusive(f"{what}: {environment}") from error
         raise TargetError(what, error) from error
     finally:
         left = 0.0 if armed_before else _alarm_armed()

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from megatron.energon import DefaultTaskEncoder, SkipSample
 
-from primus_energon.energon_compat import SKIP_SAMPLE_TYPES
+from primus_energon.energon_compat import DECODES_IN_DATASET, SKIP_SAMPLE_TYPES, release_label
 from primus_energon.synthetic.schema import (
     BytesSpec,
     ImageSpec,
@@ -668,7 +668,15 @@ def _report(ctx: CheckContext, claim: ClaimCheck, findings: list[tuple[str, Any]
             when = "in the default environment" + (
                 " and with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" if both else ""
             )
-        if ran_by == "decoder":
+        if ran_by == "decoder" and DECODES_IN_DATASET:
+            fix = (
+                f"{release_label()} decodes members in the dataset (auto_decode=True by default: webdataset's "
+                "decoder gives .pth to torch.load with weights_only off and .pickle/.pyd to pickle.loads). Pass "
+                "auto_decode=False to get_train_dataset/get_val_dataset and read members in the cooker with "
+                "torch.load(..., weights_only=True) or primus_energon.read_tensor (or give the TaskEncoder "
+                "`decoder = None` and build loaders with primus_energon.get_loader, which does that)"
+            )
+        elif ran_by == "decoder":
             fix = (
                 "set `decoder = None` and read members in the cooker with torch.load(..., weights_only=True) or "
                 "primus_energon.read_tensor, or use primus_energon.decoding.SafeSampleDecoder: Energon's "
