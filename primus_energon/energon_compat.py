@@ -123,7 +123,7 @@ def _version() -> tuple[int, ...]:
 ENERGON_VERSION: tuple[int, ...] = _version()
 
 # The supported range is known from metadata alone (environment.py, imported by the torch-free side).
-from .environment import SUPPORTED_RANGE, SUPPORTED_RANGE_TEXT  # noqa: E402
+from .environment import SUPPORTED_RANGE, SUPPORTED_RANGE_TEXT, release_writes_sqlite_index  # noqa: E402, F401
 
 
 def release_label() -> str:

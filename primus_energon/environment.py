@@ -20,6 +20,7 @@ __all__ = [
     "SUPPORTED_RANGE",
     "SUPPORTED_RANGE_TEXT",
     "release_problem",
+    "release_writes_sqlite_index",
     "version",
     "versions",
     "version_line",
@@ -125,6 +126,13 @@ def release_problem(found: tuple[int, ...]) -> str | None:
         f"megatron-energon {shown} is outside the releases primus-energon supports ({SUPPORTED_RANGE_TEXT}): "
         f"pip install 'megatron-energon>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}'"
     )
+
+
+def release_writes_sqlite_index() -> bool:
+    """Whether the installed Energon's ``prepare`` writes ``.nv-meta/index.sqlite`` (6.0 and later; read
+    from metadata, nothing imported)."""
+    found = _release(version("megatron-energon"))
+    return not found or found >= (6, 0)
 
 
 def incompatibilities(energon_version: str | None, msc_version: str | None) -> list[str]:

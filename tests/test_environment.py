@@ -35,6 +35,9 @@ def test_version_is_one_line_of_installed_versions(command: str) -> None:
     [
         ("7.0.0", "1.3.1", True),
         ("7.2.1", "1.0.0", True),
+        ("6.0.1", "1.3.1", True),
+        ("6.0.1", "0.34.0", False),
+        ("5.2.0", "1.3.1", False),
         ("7.0.0", "0.51.0", False),
         ("7.3.2", "1.3.1", False),
         ("7.4.1", "1.3.1", False),
@@ -48,6 +51,22 @@ def test_the_known_broken_energon_msc_pair_is_named_with_its_fix(energon, msc, b
     if broken:
         assert len(found) == 1 and MSC_FIX in found[0] and "\n" not in found[0]
         assert f"megatron-energon {energon} with multi-storage-client {msc}" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("energon", "outside"),
+    [("5.1.0", True), ("5.2.0", False), ("6.0.1", False), ("7.4.1", False), ("7.5.0", True), ("8.0.0", True)],
+)
+def test_a_release_outside_the_range_is_one_usage_line(energon: str, outside: bool) -> None:
+    found = incompatibilities(energon, "0.34.0")
+    assert bool(found) is outside
+    if outside:
+        assert len(found) == 1 and "\n" not in found[0]
+        assert (
+            f"megatron-energon {energon} is outside the releases primus-energon supports (5.2 to 7.4)"
+            in found[0]
+        )
+        assert "pip install 'megatron-energon>=5.2,<7.5'" in found[0]
 
 
 def test_a_missing_dependency_is_named_with_its_install_command() -> None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..environment import release_writes_sqlite_index
 from ..storage import DatasetPath, RemoteStorageError, dataset_dir
 from .analysis import analyze
 from .limits import ScanLimits, cap_address_space, capped, current_limits, worker_budget
@@ -518,7 +519,7 @@ def validate_dataset(
     problems += enc_problems
     problems += analysis.problems
     problems += _pickle_note(scans)
-    if meta.has_meta_dir and not meta.has_sqlite:
+    if meta.has_meta_dir and not meta.has_sqlite and release_writes_sqlite_index():  # 5.x writes none
         problems.append(Problem("missing-sqlite", None, None, None, f"{META_DIR}/index.sqlite is missing"))
     # problems in data that split.yaml excludes do not stop training: downgrade them
     if meta.exclude_shards or meta.exclude_samples:
