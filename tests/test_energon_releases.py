@@ -185,6 +185,7 @@ def test_dit_style_taskencoder_for_6x_gets_its_real_findings_only(release_env: t
         f"--conformance-report={report}",
         "--task-encoder=tests.conformance_zoo.energon6:DiTStyleTaskEncoder",
         "--task-encoder=tests.conformance_zoo.energon6:SafeDiTStyleTaskEncoder",
+        "--task-encoder=tests.conformance_zoo.energon6:SafeDecoderDiTStyleTaskEncoder",
         cwd=tmp_path,
         pythonpath=str(ROOT),
     )
@@ -201,6 +202,54 @@ def test_dit_style_taskencoder_for_6x_gets_its_real_findings_only(release_env: t
         "packing/resume",
         "packing/determinism",
     }
-    safe = claims["tests.conformance_zoo.energon6:SafeDiTStyleTaskEncoder"]
-    assert "fail" not in safe.values(), safe
-    assert "inconclusive" not in dit.values() and "inconclusive" not in safe.values()
+    for fixed in ("SafeDiTStyleTaskEncoder", "SafeDecoderDiTStyleTaskEncoder"):
+        verdicts = claims[f"tests.conformance_zoo.energon6:{fixed}"]
+        assert "fail" not in verdicts.values() and "inconclusive" not in verdicts.values(), (fixed, verdicts)
+        assert verdicts["bad_input/code_execution"] == "pass", (fixed, verdicts)
+    assert "inconclusive" not in dit.values()
+
+
+_MEMBER_FORMS = r"""
+import sys
+from megatron.energon import Cooker, DefaultTaskEncoder, basic_sample_keys, stateless
+from primus_energon import get_loader
+from primus_energon.decoding import SafeSampleDecoder
+from primus_energon.synthetic import generate_dataset
+
+generate_dataset(sys.argv[1], encoding="preencoded", num_samples=4, shard_size=4, seed=0)
+
+@stateless
+def cook(sample):
+    return {"__key__": sample["__key__"], "form": type(sample["latents.pth"]).__name__}
+
+class Undeclared(DefaultTaskEncoder):
+    cookers = [Cooker(cook)]
+    @stateless
+    def batch(self, samples):
+        return [s["form"] for s in samples]
+
+class Bytes(Undeclared):
+    decoder = None
+
+class Safe(Undeclared):
+    decoder = SafeSampleDecoder()
+
+for encoder in (Undeclared, Bytes, Safe):
+    loader = get_loader(sys.argv[1], encoder, batch_size=4, num_workers=0)
+    print(encoder.__name__, next(iter(loader))[0])
+    loader.close()
+"""
+
+
+def test_a_declared_decoder_decides_on_every_release(release_env: tuple, tmp_path: Path) -> None:
+    """None: the cooker gets the members' bytes; SafeSampleDecoder: tensors it decoded; nothing declared:
+    what the release does in training (its default decoding, tensors, on every release)."""
+    release, python, _, _ = release_env
+    script = tmp_path / "forms.py"
+    script.write_text(_MEMBER_FORMS)
+    run = _run(python, str(script), str(tmp_path / "data"), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    forms = dict(
+        line.split() for line in run.stdout.splitlines() if line.startswith(("Undeclared", "Bytes", "Safe"))
+    )
+    assert forms == {"Undeclared": "Tensor", "Bytes": "bytes", "Safe": "Tensor"}, (release, forms)

@@ -32,9 +32,10 @@ from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.decoding import SafeSampleDecoder
-from primus_energon.energon_compat import training_decoder
+from primus_energon.energon_compat import missing_decoding_dependency, training_decoder
 
 from ..core.rendering import describe_error
+from ..core.results import Inconclusive
 from ..core.specs import check_literal_kwargs, format_spec, parse_spec, short_name
 
 __all__ = ["Target", "resolve_target", "load_object", "HarnessTaskEncoder", "InputForm"]
@@ -145,7 +146,13 @@ class Target:
         """The decoder Energon applies before the target's cookers in training, on the installed release:
         a TaskEncoder's own ``decoder`` (on 5.x/6.x, where it declares none, the dataset's default decoding);
         for a cooker, none (``input_form="bytes"``) or the safe decoder (``"decoded"``)."""
-        return training_decoder(self.make_task_encoder())
+        try:
+            return training_decoder(self.make_task_encoder())
+        except ImportError as error:  # the release's own decoder cannot be built here: the environment's
+            environment = missing_decoding_dependency(error)
+            if environment is None:
+                raise
+            raise Inconclusive(environment) from error
 
     def make_task_encoder(self) -> TaskEncoder:
         if self.kind == "cooker":

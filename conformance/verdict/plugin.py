@@ -544,7 +544,7 @@ def claim_expectations(config: pytest.Config) -> dict[str, str]:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not _active(config):
         return None
-    from primus_energon.environment import versions  # installed metadata only: imports nothing
+    from primus_energon.environment import SUPPORTED_RANGE_TEXT, versions  # metadata only: imports nothing
 
     env = {name: value or "not installed" for name, value in versions().items()}
     return (
@@ -556,7 +556,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
                 + [f"wrapper {w}" for w in config.getoption("wrapper")]
             ),
             f"conformance profile: {config.getoption('conformance_profile')}, seed {config.getoption('conformance_seed')}; "
-            f"primus-energon {env['primus-energon']}, megatron-energon {env['megatron-energon']}, torch {env['torch']}, "
+            f"judged on megatron-energon {env['megatron-energon']} (supported: {SUPPORTED_RANGE_TEXT}); "
+            f"primus-energon {env['primus-energon']}, torch {env['torch']}, "
             f"multi-storage-client {env['multi-storage-client']}, hypothesis {env['hypothesis']}",
         ]
         + _data_header(config)

@@ -7,7 +7,8 @@ is gone in 7).
   seeded, and its members are decoded by the release's default decoder (``.pth`` through ``torch.load``
   with ``weights_only`` off): two real findings.
 - :class:`SafeDiTStyleTaskEncoder` fixes both: ``decoder = None`` (members stay bytes, read with
-  ``weights_only=True``) and packs in a fixed order. It must pass.
+  ``weights_only=True``) and packs in a fixed order. It must pass, and so must
+  :class:`SafeDecoderDiTStyleTaskEncoder`, whose members ``SafeSampleDecoder`` decodes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, basic_sample_keys, stateless
+
+from primus_energon.decoding import SafeSampleDecoder
 
 _TENSORS = {
     "latents": "latents.pth",
@@ -112,3 +115,10 @@ class SafeDiTStyleTaskEncoder(DiTStyleTaskEncoder):
 
     def select_samples_to_pack(self, samples: list[dict]) -> list[list[dict]]:
         return self._bins(samples)
+
+
+class SafeDecoderDiTStyleTaskEncoder(SafeDiTStyleTaskEncoder):
+    """Members decoded by primus-energon's ``SafeSampleDecoder`` (tensors and text, never unpickling),
+    declared as the TaskEncoder's ``decoder``: on 5.x/6.x it is put where the dataset's decoder runs."""
+
+    decoder = SafeSampleDecoder()
