@@ -4,6 +4,8 @@ nox -s tests       the test suite, in parallel (pytest-xdist), with a junit repo
 nox -s lint        ruff check and ruff format --check
 nox -s energon_matrix   tests and the quick conformance profile on Energon 7.0.0, 7.3.2 and 7.4.1
 nox -s energon_msc_trap Energon 7.0.0 with multi-storage-client 1.x: the suite exits 4 with one line naming the fix
+nox -s energon_releases the project in its users' environments: Energon 5.2.0, 6.0.1 (DFM's lock) and 7.0.0
+                   (tests/test_energon_releases.py, also in the slow tier)
 nox -s demo        the end-to-end demo (examples/demo.py)
 nox -s fuzz        mutated shards against validate and the safe readers for 10 minutes (-- SECONDS)
 nox -s docs        the documentation, built offline with mkdocs --strict into site/
@@ -118,6 +120,26 @@ def energon_matrix(session: nox.Session, energon: str) -> None:
         "--conformance-profile=quick",
         "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
         "--cooker=primus_energon:RAW_COOKER",
+    )
+
+
+@nox.session(python="3.11")
+def energon_releases(session: nox.Session) -> None:
+    """The project in environments that hold Energon 5.2.0, 6.0.1 or 7.0.0 first (each built once and cached
+    under .venv/energon-releases/): installing keeps the release; the reference targets pass the quick
+    profile; the dataset tools work; a 6.x DiT-style TaskEncoder gets its real findings only."""
+    _install(session)
+    session.run(
+        _python(session),
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_energon_releases.py",
+        *session.posargs,
+        env=_bytecode_cache(session),
     )
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from megatron.energon import SampleDecoder
 
 from primus_energon.conformance.data.workspace import read_crude
-from primus_energon.energon_compat import energon_key
+from primus_energon.energon_compat import energon_key, release_default_decoder
 from primus_energon.formats import MEMBER_NAME, SIZES
 
 SMALL_SHAPES = SIZES["tiny"]
@@ -53,7 +52,7 @@ def crude_samples(
 ) -> list[dict[str, Any]]:
     """The crude sample dicts Energon hands to a cooker, in dataset order. ``decoded=True``: behind
     Energon's own default decoder, which unpickles ``.pth`` members (use on clean data only)."""
-    return read_crude(dataset, decoder=SampleDecoder() if decoded else None, split_part=split_part)
+    return read_crude(dataset, decoder=release_default_decoder() if decoded else None, split_part=split_part)
 
 
 def live_processes(needle: str) -> list[str]:

@@ -253,3 +253,12 @@ def test_a_declared_decoder_decides_on_every_release(release_env: tuple, tmp_pat
         line.split() for line in run.stdout.splitlines() if line.startswith(("Undeclared", "Bytes", "Safe"))
     )
     assert forms == {"Undeclared": "Tensor", "Bytes": "bytes", "Safe": "Tensor"}, (release, forms)
+
+
+def test_the_compatibility_rules_hold_on_the_release(release_env: tuple) -> None:
+    """tests/test_energon_compat.py, in the release's environment."""
+    release, python, _, _ = release_env
+    run = _run(
+        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_energon_compat.py", cwd=ROOT
+    )
+    assert run.returncode == 0, (release, run.stdout[-3000:], run.stderr[-2000:])

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from primus_energon.datasets.preparation import prepare_shards, write_dataset_yaml
-from primus_energon.energon_compat import key_in_shard
+from primus_energon.energon_compat import DECODES_IN_DATASET, key_in_shard
 
 from ..core.rendering import describe_error
 
@@ -177,6 +177,8 @@ _LIBRARY_PARTS = (
 def _ran_by(stack: str) -> tuple[str, str]:
     frames = [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(stack)]
     if any(file.replace("\\", "/").endswith(_DECODER_FILES) for file, _, _ in frames):
+        if DECODES_IN_DATASET:
+            return "decoder", "the dataset's decoder (the release's auto_decode: webdataset's handlers)"
         return "decoder", "the TaskEncoder's decoder (Energon's SampleDecoder: webdataset's handlers)"
     stdlib = os.path.dirname(os.__file__)
     for file, line, func in reversed(frames):
