@@ -2,7 +2,7 @@
 `primus_energon.datasets.commands` (finalize, validate, info, preview).
 
 Exit status: 0 clean, 1 problems found (or a cooker rejected a previewed sample), 2 refused (bad arguments,
-nothing to validate).
+nothing to validate, an Energon release it cannot run on).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from .datasets.commands import register as register_dataset_commands
-from .environment import add_version_option
+from .environment import add_version_option, refused_environment
 
 __all__ = ["main", "build_parser"]
 
@@ -31,7 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``primus-energon`` on `argv` (default: the process's arguments); returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refused = refused_environment()
+    if refused is not None:
+        print(f"primus-energon {args.command}: error: {refused}", file=sys.stderr)
+        return 2
     # Energon always asks torch for pinned memory; on a machine without an accelerator torch warns about it
     # once per loader, which says nothing about the user's data.
     warnings.filterwarnings("ignore", message=".*pin_memory.*no accelerator", category=UserWarning)

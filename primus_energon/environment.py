@@ -29,6 +29,7 @@ __all__ = [
     "probe_local_paths",
     "MSC_FIX",
     "add_version_option",
+    "refused_environment",
 ]
 
 #: The distributions whose versions a bug report needs, in the order they are shown.
@@ -194,6 +195,15 @@ def probe_local_paths() -> str | None:
                 f"({detail}): {fix}"
             )
     return None
+
+
+def refused_environment() -> str | None:
+    """The first known-broken thing about the installed Energon, one line with its fix (read from
+    metadata, nothing imported): a release outside the supported range, or a release beside a
+    multi-storage-client it cannot open local paths with. The command-line tools refuse to start on it
+    rather than end in a traceback."""
+    found = incompatibilities(version("megatron-energon"), version("multi-storage-client"))
+    return found[0] if found else None
 
 
 def add_version_option(parser: argparse.ArgumentParser, program: str) -> None:
