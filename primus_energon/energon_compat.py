@@ -406,10 +406,14 @@ def release_default_decoder(image_decode: str = "torchrgb") -> Callable[[dict], 
         return _energon.SampleDecoder()
     from megatron.energon.flavors.webdataset.default_decoder_webdataset import DefaultDecoderWebdatasetFactory
 
-    try:  # 6.x
-        from megatron.energon.av import AVDecoder
-
-        video: Any = AVDecoder(
+    if hasattr(DefaultDecoderWebdatasetFactory, "_video_decoder"):  # 5.x: the factory's own method
+        video: Any = functools.partial(DefaultDecoderWebdatasetFactory._video_decoder, None)
+    else:  # 6.x: AVDecoder, built as the factory builds it (it refuses without the av-decode extra)
+        try:
+            from megatron.energon.av import AVDecoder
+        except ImportError as error:
+            raise ImportError(f"AV decoding is not available. Missing dependency: {error}") from error
+        video = AVDecoder(
             audio_clip_duration=1,
             audio_num_clips=-1,
             video_decode_audio=False,
@@ -417,8 +421,6 @@ def release_default_decoder(image_decode: str = "torchrgb") -> Callable[[dict], 
             video_out_frame_size=(224, 224),
             video_decode="torch",
         )
-    except ImportError:  # 5.x: the factory's own method, which reads nothing of the factory
-        video = functools.partial(DefaultDecoderWebdatasetFactory._video_decoder, None)
     return webdataset.autodecode.Decoder([webdataset.autodecode.imagehandler(image_decode), video])
 
 
@@ -432,8 +434,8 @@ def missing_decoding_dependency(error: BaseException) -> str | None:
     missing = text.rsplit("Missing dependency:", 1)[-1].strip() if "Missing dependency:" in text else "?"
     return (
         f"{release_label()} decodes members in the dataset with a decoder that needs its av-decode extra, "
-        f"which is not installed here ({missing}): pip install 'megatron-energon[av-decode]=="
-        f"{version('megatron-energon')}' (as in the training environment), or give the TaskEncoder "
+        f"which does not import here ({missing}): install it with the versions of the training environment, "
+        f"pip install 'megatron-energon[av-decode]=={version('megatron-energon')}', or give the TaskEncoder "
         "`decoder = None` so that members reach the cookers as bytes"
     )
 

@@ -19,6 +19,7 @@ from primus_energon.energon_compat import (
     cooker_filters,
     declares_decoder,
     is_no_cooker_error,
+    missing_decoding_dependency,
     overrides,
     savable_loader,
     training_decoder,
@@ -65,6 +66,7 @@ def test_stages_are_the_ones_the_pipeline_runs() -> None:
 
     assert overrides(Encodes(), "encode_sample")
     assert not overrides(Encodes(), "encode_batch", bases=(TaskEncoder, DefaultTaskEncoder))
+
     class Plain(TaskEncoder):
         pass
 
@@ -94,3 +96,15 @@ def test_a_declared_decoder_is_the_training_decoder() -> None:
 def test_savable_loader_refuses_a_setting_the_release_cannot_honour() -> None:
     with pytest.raises(TypeError, match="no_such_setting=3: megatron-energon .* has no 'no_such_setting'"):
         savable_loader(object(), no_such_setting=3)
+
+
+def test_the_release_decoder_missing_its_extra_is_the_environment() -> None:
+    error = ImportError(
+        "AV decoding is not available. Please install the required dependencies with:\n"
+        "pip install megatron-energon[av_decode]\nMissing dependency: No module named 'soundfile'"
+    )
+    line = missing_decoding_dependency(error)
+    assert line is not None and "\n" not in line
+    assert "(No module named 'soundfile')" in line and "pip install 'megatron-energon[av-decode]==" in line
+    assert missing_decoding_dependency(ImportError("No module named 'mypkg'")) is None
+    assert missing_decoding_dependency(ValueError("AV decoding is not available")) is None

@@ -28,10 +28,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints" / "test.txt"
 
-#: release -> what else its users' environments pin
+#: release -> what else its users' environments pin (6.0.1: DFM's lock; the newest bitstring lacks the
+#: ConstBitStream Energon 6's AV decoding imports)
 RELEASES = {
     "5.2.0": (),
-    "6.0.1": ("multi-storage-client==0.34.*", "megatron-energon[av-decode]==6.0.1"),
+    "6.0.1": (
+        "multi-storage-client==0.34.*",
+        "megatron-energon[av-decode]==6.0.1",
+        "av==15.1.*",
+        "bitstring==4.3.*",
+    ),
     "7.0.0": ("multi-storage-client<1",),
 }
 

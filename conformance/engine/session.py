@@ -52,6 +52,9 @@ def make_context(
     # the objects alive now (modules, the target) are left out of those walks; what the suite creates from
     # here on is collected as usual.
     _check_environment()
+    missing = target.environment_problem()
+    if missing is not None:
+        raise RuntimeError("broken environment: " + missing)
     gc.freeze()
     workspace = Workspace(
         Path(workdir), seed=seed, schema_files=schema or (), dataset=dataset, keep=keep_data

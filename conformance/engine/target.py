@@ -32,7 +32,13 @@ from megatron.energon import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 from megatron.energon.task_encoder.base import get_stateless
 
 from primus_energon.decoding import SafeSampleDecoder
-from primus_energon.energon_compat import missing_decoding_dependency, training_decoder
+from primus_energon.energon_compat import (
+    DECODES_IN_DATASET,
+    declares_decoder,
+    missing_decoding_dependency,
+    release_default_decoder,
+    training_decoder,
+)
 
 from ..core.rendering import describe_error
 from ..core.results import Inconclusive
@@ -141,6 +147,24 @@ class Target:
         if self.kind == "cooker":
             return self.input_form == "decoded"
         return self.decoder() is not None
+
+    def environment_problem(self) -> str | None:
+        """One line with its fix when this environment cannot run the target as it trains, although it can
+        run the suite: on Energon 6.x a TaskEncoder that relies on the dataset's default decoding needs the
+        release's av-decode extra (its decoder is built with AV decoding whatever the data). None otherwise."""
+        if not DECODES_IN_DATASET or self.kind == "cooker":
+            return None
+        try:
+            task_encoder = self.make_task_encoder()
+        except Exception:  # the target's own failure to build: judged by the properties, not here
+            return None
+        if declares_decoder(task_encoder):
+            return None
+        try:
+            release_default_decoder()
+        except ImportError as error:
+            return missing_decoding_dependency(error)
+        return None
 
     def decoder(self) -> Any:
         """The decoder Energon applies before the target's cookers in training, on the installed release:

@@ -72,6 +72,9 @@ class _Worker:
             parse_resume_hooks(request.get("resume_hooks"))
         except Exception as error:  # any import-time failure of the user's module, said in one line
             return {"problem": " ".join(str(error).split()) or type(error).__name__}
+        missing = self.target.environment_problem()
+        if missing is not None:
+            return {"environment": [missing]}
         workspace = Workspace(
             Path("."), schema_files=request.get("schema") or [], dataset=request.get("dataset")
         )
