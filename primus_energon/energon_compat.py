@@ -85,6 +85,7 @@ __all__ = [
     "overrides",
     "cooker_filters",
     "is_no_cooker_error",
+    "NO_COOKER_BEHAVIOUR",
     "STATELESS_COOKERS_REQUIRED",
     "NO_COOKER_ERRORS",
     "REPEAT_FALSE_NEEDS_BLEND_EPOCHIZED",
@@ -544,6 +545,19 @@ NO_COOKER_ERRORS: tuple[type[BaseException], ...] = (
 
 #: The wording of Energon's own "no cooker matches" errors (7.x, then 5.x/6.x).
 _NO_COOKER_WORDING = ("No cooker found", "not providing a way to cook them")
+
+
+#: How the installed release reports a dataset no cooker matches, for error and fix texts.
+NO_COOKER_BEHAVIOUR: str = (
+    "Energon raises ValueError 'No cooker found for subflavors: ...' when the loader is built"
+    if not COOKERS_CHOSEN_PER_SAMPLE
+    else (
+        "Energon raises 'No cooker found for subflavors' at the first sample"
+        if ENERGON_VERSION >= (7, 0)
+        else "Energon raises NotImplementedError 'You are using crude samples but not providing a way to cook "
+        "them' at the first sample"
+    )
+)
 
 
 def is_no_cooker_error(error: BaseException) -> bool:

@@ -9,7 +9,12 @@ from collections import Counter
 from megatron.energon import SkipSample
 from megatron.energon.task_encoder.base import get_stateless
 
-from primus_energon.energon_compat import SKIP_SAMPLE_TYPES, STATELESS_COOKERS_REQUIRED, release_label
+from primus_energon.energon_compat import (
+    NO_COOKER_BEHAVIOUR,
+    SKIP_SAMPLE_TYPES,
+    STATELESS_COOKERS_REQUIRED,
+    release_label,
+)
 
 from ..core.claims import ClaimRecorder, Harm, claims_of
 from ..core.rendering import describe_error
@@ -111,8 +116,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             if matching_cooker(cookers, dataset_sample(subflavors)) is None:
                 claim.problem(
                     f"no cooker matches the dataset {path.name!r} (subflavors {subflavors}); the cookers ask for "
-                    f"{[c.has_subflavors for c in cookers]}. Energon raises 'No cooker found for subflavors' "
-                    "when the loader is built"
+                    f"{[c.has_subflavors for c in cookers]}. {NO_COOKER_BEHAVIOUR}"
                 )
             else:
                 loadable.append((encoding, path, subflavors))

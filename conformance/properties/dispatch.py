@@ -25,7 +25,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from megatron.energon import Cooker, TaskEncoder
 
-from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE, is_no_cooker_error
+from primus_energon.energon_compat import COOKERS_CHOSEN_PER_SAMPLE, NO_COOKER_BEHAVIOUR, is_no_cooker_error
 
 from ..core.claims import ClaimRecorder, Harm, claims_of
 from ..core.rendering import describe_error, error_text
@@ -49,8 +49,8 @@ CLAIMS = claims_of(
         "no_match",
         "a dataset no cooker matches makes building the loader fail with an error that says so",
         Harm.DATA,
-        "let Energon raise 'No cooker found for subflavors' (do not route unmatched data to a fallback cooker), "
-        "and keep that error's wording if you raise your own",
+        "let Energon raise its own error for data no cooker matches (do not route unmatched data to a fallback "
+        "cooker), and keep that error's wording if you raise your own",
     ),
     (
         "shadowed",
@@ -181,7 +181,7 @@ def _run(
         ran = f"; {describe_cooker(cookers, records[0]['cooker'])} ran" if records else ""
         return claim, (
             f"{case}: no cooker matches, yet the loader was built without an error{ran}. Expected "
-            "building the loader to fail (Energon raises ValueError 'No cooker found for subflavors: ...')"
+            f"it to fail ({NO_COOKER_BEHAVIOUR})"
         )
     if not records:
         why = f" (iterating raised {_error_text(failure)})" if failure is not None else ""
