@@ -84,6 +84,7 @@ __all__ = [
     "TASK_ENCODER_STAGES",
     "overrides",
     "cooker_filters",
+    "describe_filters",
     "is_no_cooker_error",
     "NO_COOKER_BEHAVIOUR",
     "STATELESS_COOKERS_REQUIRED",
@@ -578,6 +579,16 @@ def cooker_filters(cooker: Any) -> tuple[str | None, dict | None, Callable[[dict
 #: False on 5.x: a loader without workers saves no sample index, so after a restore the index (hence the
 #: per-sample seeds of ``@stateless(restore_seeds=True)`` and the outer ``__restore_key__`` index) starts at 0.
 RESTORES_SAMPLE_INDEX_WITHOUT_WORKERS: bool = ENERGON_VERSION >= (6, 0)
+
+
+def describe_filters(cooker: Any) -> Any:
+    """A cooker's filters as error messages name them: its ``has_subflavors``, or, where ``is_subflavor`` or
+    ``condition`` (5.x/6.x) is set, a dict of all three."""
+    is_subflavor, has_subflavors, condition = cooker_filters(cooker)
+    if is_subflavor is None and condition is None:
+        return has_subflavors
+    return {"is_subflavor": is_subflavor, "has_subflavors": has_subflavors, "condition": condition}
+
 
 #: On 5.x/6.x, ``repeat=False`` accepts only integer repetitions and blends by repeating samples
 #: (``blend_epochized``); a plain dataset read once is built without ``RepeatDataset`` there.

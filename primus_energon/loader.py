@@ -13,7 +13,7 @@ from megatron.energon import TaskEncoder
 from .dataloader import MegatronDataloaderWrapper
 from .energon_compat import (
     NO_COOKER_ERRORS,
-    cooker_filters,
+    describe_filters,
     get_train_dataset,
     get_val_dataset,
     is_no_cooker_error,
@@ -66,15 +66,6 @@ def _check_path(path: str | os.PathLike | DatasetPath) -> str | Path:
             )
         return str(path) if isinstance(path, RemotePath) else path
     raise FileNotFoundError(f"{str(path)!r} is neither a dataset directory nor a metadataset .yaml file")
-
-
-def _filters(cooker: Any) -> Any:
-    """A cooker's filters as an error names them: ``has_subflavors``, with ``is_subflavor`` and
-    ``condition`` where the release has them and they are set."""
-    is_subflavor, has_subflavors, condition = cooker_filters(cooker)
-    if is_subflavor is None and condition is None:
-        return has_subflavors
-    return {"is_subflavor": is_subflavor, "has_subflavors": has_subflavors, "condition": condition}
 
 
 def get_loader(
@@ -181,7 +172,7 @@ def get_loader(
     except NO_COOKER_ERRORS as error:
         if not is_no_cooker_error(error):
             raise
-        registered = [_filters(cooker) for cooker in getattr(task_encoder, "cookers", [])]
+        registered = [describe_filters(cooker) for cooker in getattr(task_encoder, "cookers", [])]
         raise ValueError(
             f"{error} (dataset {str(path)!r}): {type(task_encoder).__name__} registers cookers for "
             f"{registered}. Set `subflavors: {{encoding: ...}}` in the dataset's .nv-meta/dataset.yaml "

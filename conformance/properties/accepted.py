@@ -13,6 +13,7 @@ from primus_energon.energon_compat import (
     NO_COOKER_BEHAVIOUR,
     SKIP_SAMPLE_TYPES,
     STATELESS_COOKERS_REQUIRED,
+    describe_filters,
     release_label,
 )
 
@@ -116,7 +117,7 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
             if matching_cooker(cookers, dataset_sample(subflavors)) is None:
                 claim.problem(
                     f"no cooker matches the dataset {path.name!r} (subflavors {subflavors}); the cookers ask for "
-                    f"{[c.has_subflavors for c in cookers]}. {NO_COOKER_BEHAVIOUR}"
+                    f"{[describe_filters(c) for c in cookers]}. {NO_COOKER_BEHAVIOUR}"
                 )
             else:
                 loadable.append((encoding, path, subflavors))
