@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from .datasets.commands import register as register_dataset_commands
-from .environment import add_version_option, refused_environment
+from .environment import add_version_option, refuse_broken_environment
 
 __all__ = ["main", "build_parser"]
 
@@ -33,10 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``primus-energon`` on `argv` (default: the process's arguments); returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    refused = refused_environment()
+    refused = refuse_broken_environment(f"primus-energon {args.command}")
     if refused is not None:
-        print(f"primus-energon {args.command}: error: {refused}", file=sys.stderr)
-        return 2
+        return refused
     # Energon always asks torch for pinned memory; on a machine without an accelerator torch warns about it
     # once per loader, which says nothing about the user's data.
     warnings.filterwarnings("ignore", message=".*pin_memory.*no accelerator", category=UserWarning)

@@ -276,21 +276,9 @@ def _route_errors(dataset: SavableDataset, config: WorkerConfig) -> SavableDatas
     if entry is None or entry[0] is not config:
         return dataset
     handler = entry[1]
-    seen: set[int] = set()
-    stack: list[Any] = [dataset]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, (list, tuple)):
-            stack.extend(node)
-            continue
-        if not isinstance(node, SavableDataset):
-            continue
-        if "error_handler" in vars(node):
+    for node in _nodes(dataset):
+        if "error_handler" in getattr(node, "__dict__", {}):
             node.error_handler = _Handler(handler)
-        stack.extend(vars(node).values())
     return dataset
 
 

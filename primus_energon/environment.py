@@ -30,6 +30,7 @@ __all__ = [
     "MSC_FIX",
     "add_version_option",
     "refused_environment",
+    "refuse_broken_environment",
 ]
 
 #: The distributions whose versions a bug report needs, in the order they are shown.
@@ -195,6 +196,18 @@ def probe_local_paths() -> str | None:
                 f"({detail}): {fix}"
             )
     return None
+
+
+def refuse_broken_environment(program: str) -> int | None:
+    """For a command-line tool: print :func:`refused_environment`'s line as ``program``'s error and return
+    exit status 2, or return None when nothing is known to be wrong."""
+    import sys
+
+    refused = refused_environment()
+    if refused is None:
+        return None
+    print(f"{program}: error: {refused}", file=sys.stderr)
+    return 2
 
 
 def refused_environment() -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from primus_energon.cli_types import non_negative_int, positive_int
-from primus_energon.environment import add_version_option, refused_environment
+from primus_energon.environment import add_version_option, refuse_broken_environment
 
 from .errors import SyntheticError
 from .faults import FAULT_KINDS, parse_faults
@@ -286,10 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    refused = refused_environment()
+    refused = refuse_broken_environment(f"primus-synth {args.command}")
     if refused is not None:
-        print(f"primus-synth {args.command}: error: {refused}", file=sys.stderr)
-        return 2
+        return refused
     try:
         return _generate(args) if args.command == "generate" else _metadataset(args)
     except SyntheticError as exc:

@@ -101,6 +101,26 @@ def _run(python: Path, *args: str, cwd: Path, pythonpath: str | None = None) -> 
     )
 
 
+def _quick_profile(
+    python: Path, tmp_path: Path, *targets: str, pythonpath: str | None = None
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """The quick profile on ``targets`` (``--task-encoder=...`` options) from an empty folder, with a report."""
+    report = tmp_path / "report"
+    run = _run(
+        python,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-profile=quick",
+        f"--conformance-report={report}",
+        *targets,
+        cwd=tmp_path,
+        pythonpath=pythonpath,
+    )
+    return run, report
+
+
 def _claims(report: Path) -> dict[str, dict[str, str]]:
     document = json.loads((report / "report.json").read_text())
     out: dict[str, dict[str, str]] = {}
@@ -118,19 +138,12 @@ def test_installing_keeps_the_release(release_env: tuple) -> None:
 
 def test_reference_targets_pass_the_quick_profile(release_env: tuple, tmp_path: Path) -> None:
     release, python, _, _ = release_env
-    report = tmp_path / "report"
-    run = _run(
+    run, report = _quick_profile(
         python,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "--conformance-profile=quick",
-        f"--conformance-report={report}",
+        tmp_path,
         "--task-encoder=primus_energon:EncodedDiffusionTaskEncoder",
         "--cooker=primus_energon:RAW_COOKER",
         "--wrapper=primus_energon:MegatronDataloaderWrapper",
-        cwd=tmp_path,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert f"megatron-energon {release}" in run.stdout  # the header names the release that judged
@@ -180,19 +193,12 @@ def test_dit_style_taskencoder_for_6x_gets_its_real_findings_only(release_env: t
     release, python, _, _ = release_env
     if release.startswith("7."):
         pytest.skip("a 6.x TaskEncoder reads __subflavor__, which Energon 7 removed")
-    report = tmp_path / "report"
-    run = _run(
+    run, report = _quick_profile(
         python,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "--conformance-profile=quick",
-        f"--conformance-report={report}",
+        tmp_path,
         "--task-encoder=tests.conformance_zoo.energon6:DiTStyleTaskEncoder",
         "--task-encoder=tests.conformance_zoo.energon6:SafeDiTStyleTaskEncoder",
         "--task-encoder=tests.conformance_zoo.energon6:SafeDecoderDiTStyleTaskEncoder",
-        cwd=tmp_path,
         pythonpath=str(ROOT),
     )
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
