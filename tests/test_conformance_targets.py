@@ -108,6 +108,33 @@ def test_python_api_takes_kwargs_and_loader_settings(tmp_path: Path) -> None:
         check_task_encoder(CONFIGURED, kwargs={"seq_length": len}, properties=["accepted"])
 
 
+def test_a_task_encoder_that_does_not_pack_as_built_is_not_judged_packed(tmp_path: Path) -> None:
+    """A TaskEncoder with packing methods that says nothing of its configuration (no packing_buffer_size
+    attribute) and whose packer refuses clean samples as built (NeMo's, without max_seq_length): packing is
+    inconclusive, naming why, and determinism judges it unpacked; built to pack, it is judged packed."""
+    spec = "tests.conformance_zoo.packing:PacksOnlyWithMaxLengthTaskEncoder"
+    results = check_task_encoder(
+        spec, properties=["accepted", "determinism", "packing"], profile="quick", workdir=tmp_path / "a"
+    )
+    verdicts = {r.property: r.verdict for r in results}
+    assert verdicts == {"accepted": "pass", "determinism": "pass", "packing": "inconclusive"}, [
+        r.message for r in results
+    ]
+    packing = next(r for r in results if r.property == "packing")
+    assert {c.verdict for c in packing.claims} == {"inconclusive"}
+    loads = next(c for c in packing.claims if c.id == "packing/loads")
+    assert "as built, its select_samples_to_pack raised TypeError" in loads.message
+    packed = check_task_encoder(
+        spec,
+        kwargs={"max_seq_length": 16},
+        batch_size=1,
+        properties=["packing"],
+        profile="quick",
+        workdir=tmp_path / "b",
+    )
+    assert [r.verdict for r in packed] == ["pass"], [r.message for r in packed]
+
+
 @pytest.mark.slow
 def test_a_task_encoder_built_with_arguments_on_the_command_line_passes(tmp_path: Path) -> None:
     """The arguments given only on the command line build the TaskEncoder here and in every fresh process

@@ -126,10 +126,15 @@ def _packing_buffer(ctx: CheckContext) -> int | None:
     if ctx.target.kind != "task_encoder":
         return None
     from ._packing import DEFAULT_BUFFER as BUFFER
-    from ._packing import packing_configured
+    from ._packing import cannot_pack_as_built, packing_configured
 
-    if packing_configured(ctx.target, ctx.target.make_task_encoder()) is False:
+    task_encoder = ctx.target.make_task_encoder()
+    if packing_configured(ctx.target, task_encoder) is False:
         return None  # it does not pack, or is built not to (packing_buffer_size None)
+    if cannot_pack_as_built(ctx, task_encoder) is not None:
+        return (
+            None  # it says nothing, and as built its packer refuses clean samples: judged as it runs unpacked
+        )
     return BUFFER  # build_loader takes the target's or the TaskEncoder's own buffer size first
 
 

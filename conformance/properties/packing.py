@@ -30,7 +30,7 @@ from ..oracles.expectations import required_values
 from ..oracles.fingerprint import fingerprint, first_difference
 from ..oracles.payloads import Trace, padding_problems, required_by, trace
 from ._common import fail, get_field
-from ._packing import DEFAULT_BUFFER, packing_configured, packs
+from ._packing import DEFAULT_BUFFER, cannot_pack_as_built, packing_configured, packs
 
 CLAIMS = claims_of(
     "packing",
@@ -293,6 +293,18 @@ def check(ctx: CheckContext, claims: ClaimRecorder) -> dict:
                 "check its packing",
             )
         return {}
+    unavailable = cannot_pack_as_built(ctx, task_encoder)
+    if unavailable is not None:
+        claims.inconclusive(
+            "loads",
+            f"the TaskEncoder does not say whether it packs (no packing_buffer_size attribute, no "
+            f"--conformance-packing-buffer-size) and {unavailable}: a training run built this way does not "
+            "pack. To check its packing, build it as the training that packs does (module:Class(arg=...)) "
+            "and pass --conformance-packing-buffer-size N",
+        )
+        for claim in CLAIMS:
+            claims.inconclusive(claim.name, "not packed as built: see packing/loads")
+        return {"not_packed_as_built": unavailable}
     keys = sorted(s["__key__"] for s in ctx.raw(_path(ctx)))
     details: dict[str, Any] = {"buffer": BUFFER, "samples": len(keys)}
     schema = ctx.workspace.schema(ctx.encodings()[0])

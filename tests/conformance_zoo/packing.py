@@ -165,3 +165,14 @@ class PadsPacksTaskEncoder(FirstFitPackingTaskEncoder):
             "pooled_prompt_embeds": [pack["pooled_prompt_embeds"] for pack in samples],
             "caption": [pack["caption"] for pack in samples],
         }
+
+
+class PacksOnlyWithMaxLengthTaskEncoder(FirstFitPackingTaskEncoder):
+    """As NeMo's diffusion TaskEncoder: it overrides both packing methods but packs only when built with a
+    maximum pack length (its packing recipes pass one together with the loader's packing_buffer_size), and
+    has no packing_buffer_size attribute. Built without one, as its non-packing training does, its packer
+    raises TypeError: training built that way never packs, so nothing about packing can be judged."""
+
+    def __init__(self, *args: Any, max_seq_length: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.capacity = max_seq_length  # None: `capacity - length` raises in select_samples_to_pack
